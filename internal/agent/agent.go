@@ -1,0 +1,392 @@
+// Package agent is the program that runs inside every sandbox we launch. It
+// speaks E2B's data-plane protocols on one listener — envd's Connect RPC
+// services and /files, and the code interpreter's /execute and /contexts — so
+// that one client serves every variant, plus a few extensions under /x/ that
+// E2B's SDKs never call (interrupt, variables, lifetime, port forwarding).
+package agent
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+)
+
+// Version is what /x/info reports and what an E2B-compatible server can hand
+// out as envdVersion: the envd feature level we implement (octet-stream
+// uploads, closeStdin, default user) — see e2b-protocol.md §3.9.
+const Version = "0.5.7"
+
+// Config is how the launcher parameterises the agent.
+type Config struct {
+	ID          string
+	AccessToken string // "" = no token required
+	Python      string // python interpreter for kernels; "" = look up python3
+	Workdir     string // default cwd of contexts and processes
+	Env         map[string]string
+	// Lifetime is how long the sandbox may live from start; 0 = forever.
+	// SetTimeout (POST /x/timeout) restarts the countdown from now.
+	Lifetime time.Duration
+	Logger   *slog.Logger
+	// Routes lets the caller mount more handlers (the envd services) behind
+	// the same auth middleware.
+	Routes map[string]http.Handler
+}
+
+// Server is one agent.
+type Server struct {
+	cfg      Config
+	contexts *contextTable
+	mux      *http.ServeMux
+	started  time.Time
+
+	mu       sync.Mutex
+	deadline time.Time
+	timer    *time.Timer
+	expired  chan struct{}
+	lastUsed time.Time
+	once     sync.Once
+}
+
+// New builds an agent; Serve runs it.
+func New(cfg Config) *Server {
+	if cfg.Workdir == "" {
+		cfg.Workdir = "/home/user"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{cfg: cfg, started: time.Now(), expired: make(chan struct{}), lastUsed: time.Now()}
+	env := os.Environ()
+	for k, v := range cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	s.contexts = newContextTable(func(cwd string) *kernel.Session {
+		return kernel.NewSession(kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env})
+	})
+	s.mux = http.NewServeMux()
+	s.routes()
+	if cfg.Lifetime > 0 {
+		s.setDeadline(time.Now().Add(cfg.Lifetime))
+	}
+	return s
+}
+
+// Expired is closed when the sandbox's lifetime has passed or /x/shutdown was
+// called; the launcher then exits, which ends every process in the sandbox.
+func (s *Server) Expired() <-chan struct{} { return s.expired }
+
+func (s *Server) expire() { s.once.Do(func() { close(s.expired) }) }
+
+func (s *Server) setDeadline(t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deadline = t
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.timer = time.AfterFunc(time.Until(t), s.expire)
+}
+
+func (s *Server) touch() {
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.mu.Unlock()
+}
+
+// Handler is the agent's whole HTTP surface, with auth applied.
+func (s *Server) Handler() http.Handler { return s.auth(s.mux) }
+
+// Close kills every kernel.
+func (s *Server) Close() {
+	s.contexts.closeAll()
+	s.mu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+}
+
+// Serve answers on ln until ctx is done or the lifetime expires.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, MaxHeaderBytes: 1 << 20}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+	case <-s.expired:
+	case err := <-errc:
+		s.Close()
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = hs.Shutdown(sctx)
+	s.Close()
+	return nil
+}
+
+// open paths need no token, as in envd: /health is how a host learns the
+// sandbox is up, and /files has its own signature scheme in E2B (we require
+// the token there anyway when one is set, which is stricter).
+func (s *Server) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.AccessToken != "" && r.URL.Path != "/health" {
+			got := r.Header.Get("X-Access-Token")
+			if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AccessToken)) != 1 {
+				writeJSONError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token (X-Access-Token)")
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeJSONError answers with envd's error body: {"code": <status>, "message": …}.
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]any{"code": status, "message": msg})
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	for p, h := range s.cfg.Routes {
+		m.Handle(p, h)
+	}
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	m.HandleFunc("POST /execute", s.handleExecute)
+	m.HandleFunc("GET /contexts", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, s.contexts.list())
+	})
+	m.HandleFunc("POST /contexts", s.handleCreateContext)
+	m.HandleFunc("DELETE /contexts/{id}", func(w http.ResponseWriter, r *http.Request) {
+		c := s.contexts.remove(r.PathValue("id"))
+		if c == nil {
+			textError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", r.PathValue("id")))
+			return
+		}
+		_ = c.session.Close()
+		writeJSON(w, http.StatusOK, nil)
+	})
+	m.HandleFunc("POST /contexts/{id}/restart", func(w http.ResponseWriter, r *http.Request) {
+		c := s.contexts.get(r.PathValue("id"))
+		if c == nil {
+			textError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", r.PathValue("id")))
+			return
+		}
+		if err := c.session.Restart(r.Context()); err != nil {
+			textError(w, http.StatusInternalServerError, "restart failed: "+err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, nil)
+	})
+	m.HandleFunc("GET /envs", func(w http.ResponseWriter, r *http.Request) {
+		env := s.cfg.Env
+		if env == nil {
+			env = map[string]string{}
+		}
+		writeJSON(w, http.StatusOK, env)
+	})
+
+	// Extensions (documented in docs/agent-protocol.md).
+	m.HandleFunc("POST /x/contexts/{id}/interrupt", func(w http.ResponseWriter, r *http.Request) {
+		c := s.contextOrDefault(w, r)
+		if c == nil {
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"interrupted": c.session.Interrupt()})
+	})
+	m.HandleFunc("GET /x/contexts/{id}/variables/{name}", s.handleGetVariable)
+	m.HandleFunc("PUT /x/contexts/{id}/variables/{name}", s.handleSetVariable)
+	m.HandleFunc("GET /x/info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.info()) })
+	m.HandleFunc("POST /x/timeout", s.handleTimeout)
+	m.HandleFunc("POST /x/shutdown", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+		go func() { time.Sleep(50 * time.Millisecond); s.expire() }()
+	})
+	m.HandleFunc("GET /x/forward/{port}", s.handleForward)
+}
+
+// Info is what GET /x/info answers.
+type Info struct {
+	ID        string    `json:"id"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	EndAt     time.Time `json:"end_at,omitzero"`
+	LastUsed  time.Time `json:"last_used"`
+	Contexts  int       `json:"contexts"`
+	Pid       int       `json:"pid"`
+}
+
+func (s *Server) info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Info{ID: s.cfg.ID, Version: Version, StartedAt: s.started, EndAt: s.deadline, LastUsed: s.lastUsed,
+		Contexts: len(s.contexts.list()), Pid: os.Getpid()}
+}
+
+func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+			textError(w, http.StatusBadRequest, "invalid context request: "+err.Error())
+			return
+		}
+	}
+	if req.Cwd == "" {
+		req.Cwd = s.cfg.Workdir
+	}
+	if st, err := os.Stat(req.Cwd); err != nil || !st.IsDir() {
+		textError(w, http.StatusBadRequest, fmt.Sprintf("cwd %q is not a directory in the sandbox", req.Cwd))
+		return
+	}
+	c, err := s.contexts.create(req.Language, req.Cwd)
+	switch {
+	case errors.Is(err, errUnsupportedLanguage), errors.Is(err, errTooManyContexts):
+		textError(w, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		textError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+// contextOrDefault resolves {id}; "default" names the default python context.
+func (s *Server) contextOrDefault(w http.ResponseWriter, r *http.Request) *codeContext {
+	id := r.PathValue("id")
+	if id == "default" {
+		c, err := s.contexts.defaultFor("python", s.cfg.Workdir)
+		if err != nil {
+			textError(w, http.StatusInternalServerError, err.Error())
+			return nil
+		}
+		return c
+	}
+	c := s.contexts.get(id)
+	if c == nil {
+		textError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", id))
+	}
+	return c
+}
+
+func (s *Server) handleGetVariable(w http.ResponseWriter, r *http.Request) {
+	c := s.contextOrDefault(w, r)
+	if c == nil {
+		return
+	}
+	v, isRepr, err := c.session.GetVariable(r.Context(), r.PathValue("name"))
+	if err != nil {
+		writeJSONError(w, variableStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"value": v, "repr": isRepr})
+}
+
+func (s *Server) handleSetVariable(w http.ResponseWriter, r *http.Request) {
+	c := s.contextOrDefault(w, r)
+	if c == nil {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<20))
+	if err != nil {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, "variable value too large (limit 64 MiB): "+err.Error())
+		return
+	}
+	if !json.Valid(body) {
+		writeJSONError(w, http.StatusBadRequest, "the body must be the variable's value as JSON")
+		return
+	}
+	if err := c.session.SetVariable(r.Context(), r.PathValue("name"), body); err != nil {
+		writeJSONError(w, variableStatus(err), err.Error())
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func variableStatus(err error) int {
+	switch {
+	case errors.Is(err, kernel.ErrVariableNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, kernel.ErrInvalidName), errors.Is(err, kernel.ErrUnsendable):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Timeout float64 `json:"timeout"` // seconds, as E2B's API
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Timeout <= 0 {
+		writeJSONError(w, http.StatusBadRequest, `send {"timeout": <seconds > 0>}`)
+		return
+	}
+	s.setDeadline(time.Now().Add(time.Duration(req.Timeout * float64(time.Second))))
+	writeJSON(w, http.StatusOK, s.info())
+}
+
+// handleForward upgrades the connection to a raw TCP tunnel to a port inside
+// the sandbox's network namespace, which is how Host(port) reaches a server
+// in a sandbox whose network is "none".
+func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil || port < 1 || port > 65535 {
+		writeJSONError(w, http.StatusBadRequest, "port must be 1-65535")
+		return
+	}
+	up, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 5*time.Second)
+	if err != nil {
+		writeJSONError(w, http.StatusBadGateway, fmt.Sprintf("nothing listens on port %d in the sandbox: %v", port, err))
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		up.Close()
+		writeJSONError(w, http.StatusInternalServerError, "cannot upgrade this connection: "+err.Error())
+		return
+	}
+	_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: tcp\r\n\r\n")
+	if err := brw.Flush(); err != nil {
+		conn.Close()
+		up.Close()
+		return
+	}
+	s.touch()
+	go splice(conn, brw.Reader, up)
+}
+
+func splice(down net.Conn, downReader io.Reader, up net.Conn) {
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, downReader); closeWrite(up); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(down, up); closeWrite(down); done <- struct{}{} }()
+	<-done
+	<-done
+	down.Close()
+	up.Close()
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+}

@@ -1,0 +1,232 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+)
+
+// maxCodeBytes bounds the request body of /execute; code cells beyond this are
+// almost certainly a mistake, and we never read an unbounded body.
+const maxCodeBytes = 8 << 20
+
+// keepaliveEvery matches E2B's server: a keepalive line after 5 s of silence,
+// which also lets the server notice a client that went away.
+var keepaliveEvery = 5 * time.Second
+
+type executeRequest struct {
+	Code      string            `json:"code"`
+	ContextID *string           `json:"context_id"`
+	Language  *string           `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+	// Timeout is our extension (seconds); E2B's server has none and its SDKs
+	// never send it.
+	Timeout float64 `json:"timeout,omitempty"`
+}
+
+// mimeFields is E2B's MIME type -> result field mapping (api/models/result.py).
+var mimeFields = map[string]string{
+	"text/plain":             "text",
+	"text/html":              "html",
+	"text/markdown":          "markdown",
+	"image/svg+xml":          "svg",
+	"image/png":              "png",
+	"image/jpeg":             "jpeg",
+	"application/pdf":        "pdf",
+	"text/latex":             "latex",
+	"application/json":       "json",
+	"application/javascript": "javascript",
+	"e2b/data":               "data",
+	"e2b/chart":              "chart",
+}
+
+func stripQuotes(s string) string {
+	if len(s) >= 2 && (s[0] == '\'' && s[len(s)-1] == '\'' || s[0] == '"' && s[len(s)-1] == '"') {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+// resultLine maps a MIME bundle to E2B's result line. Values the kernel
+// produced as JSON objects stay objects; everything else is a string.
+func resultLine(data map[string]json.RawMessage, main bool) map[string]any {
+	line := map[string]any{"type": "result", "is_main_result": main}
+	extra := map[string]any{}
+	for mime, raw := range data {
+		field, known := mimeFields[mime]
+		var v any = raw
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			v = s
+			if field == "text" {
+				v = stripQuotes(s)
+			}
+		}
+		if known {
+			line[field] = v
+		} else {
+			extra[mime] = v
+		}
+	}
+	line["extra"] = extra
+	return line
+}
+
+func textError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, msg)
+}
+
+func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
+	var req executeRequest
+	body := http.MaxBytesReader(w, r.Body, maxCodeBytes)
+	if err := json.NewDecoder(body).Decode(&req); err != nil {
+		textError(w, http.StatusBadRequest, "invalid execution request: "+err.Error()+`; send JSON {"code": "...", "context_id"?: "...", "language"?: "...", "env_vars"?: {...}}`)
+		return
+	}
+	if req.ContextID != nil && *req.ContextID != "" && req.Language != nil && *req.Language != "" {
+		textError(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
+		return
+	}
+	if req.Timeout < 0 {
+		textError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
+		return
+	}
+	var cc *codeContext
+	if req.ContextID != nil && *req.ContextID != "" {
+		cc = s.contexts.get(*req.ContextID)
+		if cc == nil {
+			textError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", *req.ContextID))
+			return
+		}
+	} else {
+		lang := ""
+		if req.Language != nil {
+			lang = *req.Language
+		}
+		var err error
+		cc, err = s.contexts.defaultFor(lang, s.cfg.Workdir)
+		if errors.Is(err, errUnsupportedLanguage) {
+			textError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err != nil {
+			textError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+	}
+
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	lw := newLineWriter(w)
+	defer lw.close()
+	s.touch()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A client that disconnects interrupts its execution, as E2B's server does,
+	// but we still let the kernel finish cleanly so the context stays usable.
+	stop := context.AfterFunc(r.Context(), func() { cc.session.Interrupt() })
+	defer stop()
+
+	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars}
+	if req.Timeout > 0 {
+		kreq.Timeout = time.Duration(req.Timeout * float64(time.Second))
+	}
+	out, err := cc.session.Execute(ctx, kreq, func(ev kernel.Event) { lw.write(eventLine(ev)) })
+	if err != nil {
+		lw.write(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
+	} else if out.ExitCode != nil {
+		// Our extension: E2B's SDKs ignore line types they don't know.
+		lw.write(map[string]any{"type": "exit_code", "exit_code": *out.ExitCode})
+	}
+	lw.write(map[string]any{"type": "end_of_execution"})
+	s.touch()
+}
+
+func eventLine(ev kernel.Event) map[string]any {
+	switch ev.Type {
+	case "stdout", "stderr":
+		ts := ev.Timestamp
+		if ts.IsZero() {
+			ts = time.Now()
+		}
+		return map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": ts.UTC().Format("2006-01-02T15:04:05.000000Z")}
+	case "result":
+		return resultLine(ev.Data, ev.IsMainResult)
+	case "error":
+		return map[string]any{"type": "error", "name": ev.Name, "value": ev.Value, "traceback": ev.Traceback}
+	case "number_of_executions":
+		return map[string]any{"type": "number_of_executions", "execution_count": ev.ExecutionCount}
+	}
+	return map[string]any{"type": ev.Type}
+}
+
+// lineWriter serialises NDJSON lines from the kernel callback and the
+// keepalive ticker, flushing each so output is live.
+type lineWriter struct {
+	mu     sync.Mutex
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	last   time.Time
+	broken bool
+	done   chan struct{}
+}
+
+func newLineWriter(w http.ResponseWriter) *lineWriter {
+	lw := &lineWriter{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{})}
+	go lw.keepalive()
+	return lw
+}
+
+func (lw *lineWriter) keepalive() {
+	t := time.NewTicker(keepaliveEvery / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-lw.done:
+			return
+		case <-t.C:
+			lw.mu.Lock()
+			idle := time.Since(lw.last) >= keepaliveEvery
+			lw.mu.Unlock()
+			if idle {
+				lw.write(map[string]any{"type": "keepalive"})
+			}
+		}
+	}
+}
+
+func (lw *lineWriter) write(v map[string]any) {
+	b, err := pyJSON(v)
+	if err != nil {
+		b, _ = pyJSON(map[string]any{"type": "error", "name": "EncodingError", "value": err.Error(), "traceback": ""})
+	}
+	b = append(b, '\n')
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.last = time.Now()
+	if lw.broken {
+		return
+	}
+	// A client that stops reading must not hold the kernel forever.
+	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := lw.w.Write(b); err != nil {
+		lw.broken = true
+		return
+	}
+	if err := lw.rc.Flush(); err != nil {
+		lw.broken = true
+	}
+}
+
+func (lw *lineWriter) close() { close(lw.done) }

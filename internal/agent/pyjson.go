@@ -1,0 +1,70 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
+
+// pyJSON marshals v the way Python's json.dumps does with its defaults
+// (", " and ": " separators, ensure_ascii). E2B's code-interpreter server is a
+// Python program, and a few clients in the wild compare lines such as
+// {"type": "end_of_execution"} byte for byte, so we match its spelling.
+func pyJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	compact := bytes.TrimRight(buf.Bytes(), "\n")
+	return pythonize(compact), nil
+}
+
+// pythonize rewrites compact JSON: a space after every ',' and ':' outside
+// strings, and every non-ASCII rune inside strings as \uXXXX (surrogate pairs
+// above the BMP), as Python's ensure_ascii does.
+func pythonize(in []byte) []byte {
+	out := make([]byte, 0, len(in)+len(in)/8)
+	inStr := false
+	for i := 0; i < len(in); {
+		c := in[i]
+		if inStr {
+			switch {
+			case c == '\\':
+				end := i + 2
+				if end > len(in) {
+					end = len(in)
+				}
+				out = append(out, in[i:end]...)
+				i = end
+				continue
+			case c == '"':
+				inStr = false
+			case c >= utf8.RuneSelf:
+				r, size := utf8.DecodeRune(in[i:])
+				if r >= 0x10000 {
+					r -= 0x10000
+					out = fmt.Appendf(out, `\u%04x\u%04x`, 0xD800+(r>>10), 0xDC00+(r&0x3FF))
+				} else {
+					out = fmt.Appendf(out, `\u%04x`, r)
+				}
+				i += size
+				continue
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		out = append(out, c)
+		switch c {
+		case '"':
+			inStr = true
+		case ',', ':':
+			out = append(out, ' ')
+		}
+		i++
+	}
+	return out
+}

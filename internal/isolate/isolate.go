@@ -1,0 +1,455 @@
+//go:build linux
+
+// Package isolate starts a process inside an isolated Linux sandbox without
+// any daemon — a very small runc. It implements the "local variant" of
+// DESIGN.md §5 and the in-sandbox contract of §4.
+//
+// The sandbox's init is the calling binary itself, re-executed. Usage:
+//
+//	func main() {
+//		if isolate.IsChild() {
+//			if err := isolate.Child(); err != nil { // never returns on setup failure
+//				log.Fatal(err)
+//			}
+//			runAgent() // sandboxed: uid 1000/gid 100, no caps, seccomp, rlimits
+//			return
+//		}
+//		p, err := isolate.Start(ctx, isolate.Spec{Path: "/proc/self/exe", Args: os.Args, ...})
+//		...
+//	}
+//
+// How it works (see child.go for the in-sandbox half):
+//
+//  1. Start opens the binary, creates the cgroup (v1 or v2, detected) and
+//     clones it into new user, mount, pid, ipc, uts (and net unless
+//     Network=="all") namespaces with all capabilities kept as ambient
+//     capabilities so that they survive the execve of a non-root uid.
+//  2. Stage 1 of Child() blocks on a sync pipe until the parent has put it
+//     into its cgroup, then unshares the cgroup namespace (so the sandbox sees
+//     its own cgroup as "/"), builds a tmpfs root with read-only binds of the
+//     host's system directories, pivots into it, brings loopback up, applies
+//     rlimits, drops every capability, sets no_new_privs, installs the seccomp
+//     filter and re-executes the binary once more.
+//  3. Stage 2 of Child() (the fresh, single-image process) reports "ready"
+//     through a status pipe and returns. Start returns at that point.
+//
+// The re-exec in step 2 exists because namespace, capability, no_new_privs and
+// seccomp changes made with unshare/capset/prctl only affect the calling
+// thread, and a Go program always has several threads. Doing them on one
+// locked thread and then calling execve from that thread yields a process in
+// which every thread (and every future child) has the final state.
+package isolate
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// In-sandbox identity (DESIGN.md §4).
+const (
+	SandboxUID = 1000
+	SandboxGID = 100
+)
+
+// When the caller is root the sandbox user is mapped to these host ids. They
+// follow the rootless convention "host = 100000 + container id" (the start of
+// the usual /etc/subuid range), so they are never host root and never a real
+// login user, and files they leave behind are recognisable. The id is fixed
+// rather than per-sandbox: sandboxes already cannot see each other (separate
+// pid/mount namespaces, no shared writable directory), and a fixed id keeps
+// host-side ownership predictable.
+const (
+	RootModeHostUID = 100000 + SandboxUID
+	RootModeHostGID = 100000 + SandboxGID
+)
+
+// Defaults for the size-limited tmpfs mounts.
+const (
+	DefaultHomeSize  = 1 << 30   // /home/user
+	DefaultFilesSize = 1 << 30   // /files
+	DefaultTmpSize   = 512 << 20 // /tmp
+	// DefaultNoFile is RLIMIT_NOFILE (soft and hard) inside the sandbox.
+	DefaultNoFile = 4096
+)
+
+// Network modes.
+const (
+	NetworkNone = "none" // new empty net namespace, only loopback (up)
+	NetworkAll  = "all"  // the host's net namespace
+)
+
+// Spec describes the sandbox to start.
+type Spec struct {
+	// Path is the binary to execute as the sandbox's init; "" means
+	// /proc/self/exe. It must call IsChild/Child first thing in main.
+	Path string
+	// Args is argv (Args[0] included); nil means {Path}.
+	Args []string
+	// Env is the child's environment (nil = empty). The package adds one
+	// variable of its own, which Child removes again.
+	Env []string
+	// ExtraFiles are passed as fds 3, 4, ... (like exec.Cmd.ExtraFiles).
+	ExtraFiles []*os.File
+	// Stdout and Stderr receive the init's output (nil = /dev/null). Pass an
+	// *os.File when the sandbox must outlive the caller: any other writer is
+	// fed by a goroutine of the calling process.
+	Stdout, Stderr io.Writer
+
+	Hostname string // default "sandbox"
+	Network  string // NetworkNone (default) or NetworkAll
+	// Rootfs is not implemented yet: only "" (the host's system directories)
+	// is accepted.
+	Rootfs string
+
+	// Resource limits; 0 = unlimited. Enforced through cgroups v1 or v2.
+	// If a limit is set but cannot be enforced, Start fails.
+	MemoryBytes int64   // memory (and memory+swap, where the kernel accounts swap)
+	CPUs        float64 // CFS quota, in CPUs (0.5 = half a CPU)
+	Pids        int64   // max tasks (threads included) in the sandbox
+
+	// Sizes of the tmpfs mounts; 0 = default.
+	HomeSizeBytes  int64 // /home/user
+	FilesSizeBytes int64 // /files
+	TmpSizeBytes   int64 // /tmp
+}
+
+// ExitInfo describes how the sandbox's init ended.
+type ExitInfo struct {
+	ExitCode int            // -1 if killed by a signal
+	Signal   syscall.Signal // non-zero if killed by a signal
+	// OOMKilled: the sandbox's memory cgroup recorded at least one OOM kill
+	// (of the init or of any other process in the sandbox).
+	OOMKilled bool
+	// PidsLimitHit: a fork/clone in the sandbox failed on the pids limit.
+	PidsLimitHit bool
+}
+
+func (e ExitInfo) String() string {
+	s := fmt.Sprintf("exit code %d", e.ExitCode)
+	if e.Signal != 0 {
+		s = "killed by " + e.Signal.String()
+	}
+	if e.OOMKilled {
+		s += " (out of memory)"
+	}
+	if e.PidsLimitHit {
+		s += " (pids limit hit)"
+	}
+	return s
+}
+
+// Process is a started sandbox.
+type Process struct {
+	Pid int    // host pid of the sandbox's init
+	ID  string // random id, also the name of the sandbox's cgroup
+
+	cmd *exec.Cmd
+	cg  *cgroup // nil when running without a cgroup
+
+	waitOnce sync.Once
+	waitInfo ExitInfo
+	waitErr  error
+
+	cleanupMu sync.Mutex
+}
+
+// CgroupDirs returns the sandbox's cgroup directories (one for v2, one per
+// controller for v1); empty when it runs without a cgroup.
+func (p *Process) CgroupDirs() []string {
+	if p.cg == nil {
+		return nil
+	}
+	return append([]string(nil), p.cg.dirs...)
+}
+
+// envKey carries the child configuration; its presence marks the child.
+const envKey = "_CODE_SANDBOXES_ISOLATE"
+
+// childConfig is passed from Start to Child (JSON in envKey).
+type childConfig struct {
+	Stage     int    `json:"stage"` // 1: setup, 2: sandboxed
+	ExeFD     int    `json:"exe"`
+	SyncFD    int    `json:"sync"`
+	StatusFD  int    `json:"status"`
+	Hostname  string `json:"hostname"`
+	Network   string `json:"network"`
+	HomeSize  int64  `json:"home"`
+	FilesSize int64  `json:"files"`
+	TmpSize   int64  `json:"tmp"`
+	NoFile    uint64 `json:"nofile"`
+	FSize     int64  `json:"fsize"`
+}
+
+// Start starts a sandbox and returns once its init has finished the setup
+// (Child returned in it). ctx bounds only the setup: the sandbox outlives
+// ctx and the calling process (there is no parent-death signal).
+func Start(ctx context.Context, spec Spec) (p *Process, err error) {
+	if spec.Rootfs != "" {
+		return nil, errors.New("isolate: Spec.Rootfs is not supported yet")
+	}
+	switch spec.Network {
+	case "":
+		spec.Network = NetworkNone
+	case NetworkNone, NetworkAll:
+	default:
+		return nil, fmt.Errorf("isolate: unknown network mode %q (want %q or %q)", spec.Network, NetworkNone, NetworkAll)
+	}
+	if spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.Pids < 0 || spec.HomeSizeBytes < 0 || spec.TmpSizeBytes < 0 || spec.FilesSizeBytes < 0 {
+		return nil, errors.New("isolate: negative limit")
+	}
+	if spec.Path == "" {
+		spec.Path = "/proc/self/exe"
+	}
+	if len(spec.Args) == 0 {
+		spec.Args = []string{spec.Path}
+	}
+	if spec.Hostname == "" {
+		spec.Hostname = "sandbox"
+	}
+	cfg := childConfig{
+		Stage:     1,
+		Hostname:  spec.Hostname,
+		Network:   spec.Network,
+		HomeSize:  orDefault(spec.HomeSizeBytes, DefaultHomeSize),
+		FilesSize: orDefault(spec.FilesSizeBytes, DefaultFilesSize),
+		TmpSize:   orDefault(spec.TmpSizeBytes, DefaultTmpSize),
+		NoFile:    DefaultNoFile,
+	}
+	// RLIMIT_FSIZE: no single file can be larger than the largest writable
+	// filesystem anyway; the limit turns "disk full" surprises in one mount
+	// into a clean EFBIG/SIGXFSZ, and caps files written to /dev/shm.
+	cfg.FSize = max(cfg.HomeSize, cfg.FilesSize, cfg.TmpSize)
+
+	var idb [8]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return nil, err
+	}
+	id := hex.EncodeToString(idb[:])
+
+	// The binary is opened here and executed through /proc/self/fd/N in the
+	// child: as root the child runs as an unprivileged host uid that may not
+	// be able to traverse the binary's directory (go test's 0700 temp dirs).
+	exe, err := os.Open(spec.Path)
+	if err != nil {
+		return nil, fmt.Errorf("isolate: open init binary: %w", err)
+	}
+	defer exe.Close()
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer syncR.Close()
+	defer syncW.Close()
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statR.Close()
+	defer statW.Close()
+
+	cg, err := newCgroup(id, limits{memory: spec.MemoryBytes, cpus: spec.CPUs, pids: spec.Pids})
+	if err != nil {
+		return nil, fmt.Errorf("isolate: %w", err)
+	}
+	defer func() {
+		if err != nil && cg != nil {
+			cg.remove()
+		}
+	}()
+
+	n := len(spec.ExtraFiles)
+	cfg.ExeFD, cfg.SyncFD, cfg.StatusFD = 3+n, 4+n, 5+n
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+
+	root := os.Geteuid() == 0
+	hostUID, hostGID := os.Geteuid(), os.Getegid()
+	if root {
+		hostUID, hostGID = RootModeHostUID, RootModeHostGID
+	}
+	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
+	if spec.Network == NetworkNone {
+		flags |= unix.CLONE_NEWNET
+	}
+	// All capabilities as ambient caps: the child execs as uid 1000 and would
+	// otherwise lose the (namespaced) capabilities it needs for the setup.
+	// Child drops them all before any user code runs.
+	var ambient []uintptr
+	for c := 0; c <= lastCap(); c++ {
+		ambient = append(ambient, uintptr(c))
+	}
+	cmd := &exec.Cmd{
+		Path:       fmt.Sprintf("/proc/self/fd/%d", cfg.ExeFD),
+		Args:       spec.Args,
+		Env:        append(append([]string(nil), spec.Env...), envKey+"="+string(cfgJSON)),
+		Stdout:     spec.Stdout,
+		Stderr:     spec.Stderr,
+		Dir:        "/",
+		ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), exe, syncR, statW),
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  flags,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxUID, HostID: hostUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxGID, HostID: hostGID, Size: 1}},
+			// Unprivileged gid_map writes require setgroups to be denied;
+			// as root we allow it so the credential below can drop root's
+			// supplementary groups.
+			GidMappingsEnableSetgroups: root,
+			// As root the child's host uid 0 is unmapped in the new
+			// namespace; setuid/setgid turn it into 1000/100 (=
+			// RootModeHost*). Unprivileged it is 1000/100 already.
+			Credential:  &syscall.Credential{Uid: SandboxUID, Gid: SandboxGID, NoSetGroups: !root},
+			AmbientCaps: ambient,
+			// Own session: terminal signals for the caller's job must not
+			// reach the sandbox, which outlives its creator.
+			Setsid: true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		if serr := CheckSupport(); serr != nil {
+			return nil, fmt.Errorf("isolate: start sandbox: %w (%v)", err, serr)
+		}
+		return nil, fmt.Errorf("isolate: start sandbox: %w", err)
+	}
+	p = &Process{Pid: cmd.Process.Pid, ID: id, cmd: cmd, cg: cg}
+	// The child's copies; closing ours makes EOF on statR mean "child gone".
+	syncR.Close()
+	statW.Close()
+	exe.Close()
+	fail := func(e error) (*Process, error) {
+		p.Kill()
+		p.Wait()
+		p.Cleanup()
+		return nil, e
+	}
+
+	if cg != nil {
+		if err := cg.add(p.Pid); err != nil {
+			return fail(fmt.Errorf("isolate: %w", err))
+		}
+	}
+	// Only now may the child proceed: everything it does from here on is
+	// accounted and limited by its cgroup.
+	if _, err := syncW.Write([]byte{'G'}); err != nil {
+		return fail(fmt.Errorf("isolate: sandbox init died before setup: %w", err))
+	}
+	syncW.Close()
+
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(statR)
+		ch <- result{b, err}
+	}()
+	select {
+	case <-ctx.Done():
+		statR.Close()
+		return fail(fmt.Errorf("isolate: sandbox setup: %w", ctx.Err()))
+	case r := <-ch:
+		status := string(bytes.TrimSpace(r.b))
+		if status == "ready" {
+			return p, nil
+		}
+		if msg, ok := strings.CutPrefix(status, "error: "); ok {
+			e := fmt.Errorf("isolate: sandbox setup: %s", msg)
+			if serr := CheckSupport(); serr != nil && strings.Contains(msg, "permission") {
+				e = fmt.Errorf("%w (%v)", e, serr)
+			}
+			return fail(e)
+		}
+		// EOF without a status: the init died (or the binary does not call
+		// Child). Report how it ended.
+		p.Kill()
+		info, _ := p.Wait()
+		p.Cleanup()
+		return nil, fmt.Errorf("isolate: sandbox init exited during setup (%v); does %s call isolate.Child?", info, spec.Path)
+	}
+}
+
+func orDefault(v, d int64) int64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// Wait waits for the sandbox's init to exit (only in the process that called
+// Start) and reports how it ended, including OOM kills and pids-limit hits
+// recorded by its cgroup. It may be called several times.
+func (p *Process) Wait() (ExitInfo, error) {
+	p.waitOnce.Do(func() {
+		err := p.cmd.Wait()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			p.waitErr = err
+			return
+		}
+		ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+		p.waitInfo.ExitCode = ws.ExitStatus()
+		if ws.Signaled() {
+			p.waitInfo.Signal = ws.Signal()
+			p.waitInfo.ExitCode = -1
+		}
+		if p.cg != nil {
+			p.waitInfo.OOMKilled, p.waitInfo.PidsLimitHit = p.cg.events()
+		}
+	})
+	return p.waitInfo, p.waitErr
+}
+
+// Kill SIGKILLs everything in the sandbox: the init (which takes its whole
+// pid namespace with it) and, as a second line, every process in its cgroup.
+// It does not wait; call Wait.
+func (p *Process) Kill() error {
+	var errs []error
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		errs = append(errs, err)
+	}
+	if p.cg != nil {
+		if err := p.cg.killAll(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup removes the sandbox's cgroup directories, killing whatever is
+// still in them. It is idempotent. Mounts need no cleanup: they live only in
+// the sandbox's mount namespace and vanish with its last process.
+func (p *Process) Cleanup() error {
+	p.cleanupMu.Lock()
+	defer p.cleanupMu.Unlock()
+	if p.cg == nil {
+		return nil
+	}
+	return p.cg.remove()
+}
+
+// lastCap is the highest capability number the kernel knows.
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err == nil {
+		var n int
+		if _, err := fmt.Sscan(string(b), &n); err == nil && n > 0 && n < 64 {
+			return n
+		}
+	}
+	return unix.CAP_LAST_CAP
+}

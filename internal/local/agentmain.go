@@ -1,0 +1,80 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+)
+
+// runAgent is the sandbox's init: finish isolating ourselves, then serve.
+func runAgent() int {
+	if err := isolate.Child(); err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
+		return 1
+	}
+	lnFile := os.NewFile(3, "listener")
+	cfgFile := os.NewFile(4, "config")
+	var cfg agentConfig
+	if err := json.NewDecoder(io.LimitReader(cfgFile, 1<<20)).Decode(&cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent: reading config:", err)
+		return 1
+	}
+	cfgFile.Close()
+	ln, err := net.FileListener(lnFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent: listener:", err)
+		return 1
+	}
+	lnFile.Close()
+	// The process environment of kernels and commands is built from scratch:
+	// nothing of the host's leaks in.
+	os.Clearenv()
+	env := sandboxEnv(cfg.Env)
+	for k, v := range env {
+		os.Setenv(k, v)
+	}
+	go reapOrphans()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv := agent.New(agent.Config{
+		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
+		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
+		Routes: agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env}),
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Serve(ctx, ln); err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
+		return 1
+	}
+	return 0
+}
+
+// sandboxEnv is the sandbox contract's environment (DESIGN §4) plus the
+// user's variables.
+func sandboxEnv(user map[string]string) map[string]string {
+	env := map[string]string{
+		"PATH":    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME":    "/home/user",
+		"USER":    "user",
+		"LOGNAME": "user",
+		"LANG":    "C.UTF-8",
+		"TZ":      "UTC",
+		"SHELL":   "/bin/bash",
+		"TMPDIR":  "/tmp",
+		// Figures render without a display; the kernel captures them as PNG.
+		"MPLBACKEND": "Agg",
+	}
+	for k, v := range user {
+		env[k] = v
+	}
+	return env
+}

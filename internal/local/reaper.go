@@ -1,0 +1,72 @@
+package local
+
+import (
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// reapOrphans collects zombies that were re-parented to us, the sandbox's
+// PID 1. Our own children are waited for by os/exec, which reaps them the
+// moment they exit; a zombie that stays through two scans a few seconds apart
+// is therefore an orphan nobody else will wait for. Reaping blindly with
+// wait4(-1) would steal exit statuses from os/exec.
+func reapOrphans() {
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, syscall.SIGCHLD)
+	seen := map[int]bool{}
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-sigc:
+			time.Sleep(500 * time.Millisecond)
+		}
+		now := map[int]bool{}
+		for _, pid := range zombieChildren() {
+			if seen[pid] {
+				var ws syscall.WaitStatus
+				_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+				continue
+			}
+			now[pid] = true
+		}
+		seen = now
+	}
+}
+
+func zombieChildren() []int {
+	self := os.Getpid()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[0] != "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -1,0 +1,142 @@
+// Package local is the local variant: each sandbox is our own binary
+// re-executed as the sandbox's agent inside fresh Linux namespaces, watched by
+// a small detached "shim" process on the host (the conmon model), with no
+// daemon. A sandbox's record and socket live in a runtime directory, so any
+// process can list, reach and kill it.
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// record is a sandbox's state file (state.json in its directory).
+type record struct {
+	ID        string            `json:"id"`
+	Name      string            `json:"name"`
+	Tags      map[string]string `json:"tags,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	EndAt     time.Time         `json:"end_at"`
+	ShimPid   int               `json:"shim_pid"`
+	ShimStart uint64            `json:"shim_start"` // /proc start time, guards against pid reuse
+	AgentPid  int               `json:"agent_pid"`
+	Token     string            `json:"token"`
+	Network   string            `json:"network"`
+	Memory    int64             `json:"memory_bytes,omitempty"`
+	CPUs      float64           `json:"cpus,omitempty"`
+	Pids      int64             `json:"pids,omitempty"`
+	Cgroups   []string          `json:"cgroups,omitempty"`
+}
+
+const (
+	stateFile  = "state.json"
+	socketFile = "agent.sock"
+)
+
+// runtimeDir picks where sandbox records live.
+func runtimeDir(configured string) string {
+	if configured != "" {
+		return configured
+	}
+	if d := os.Getenv("CODE_SANDBOXES_RUNTIME_DIR"); d != "" {
+		return d
+	}
+	if os.Geteuid() == 0 {
+		return "/run/code-sandboxes"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "code-sandboxes")
+	}
+	return filepath.Join(os.TempDir(), "code-sandboxes-"+strconv.Itoa(os.Getuid()))
+}
+
+func ensureRuntimeDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("runtime directory %s: %w", dir, err)
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	// Another user's directory (e.g. a pre-created /tmp path) would let them
+	// reach our sandboxes' sockets.
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+		return fmt.Errorf("runtime directory %s is owned by uid %d, not by us (uid %d); set CODE_SANDBOXES_RUNTIME_DIR", dir, sys.Uid, os.Geteuid())
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("runtime directory %s is not a directory", dir)
+	}
+	return nil
+}
+
+func readRecord(dir string) (*record, error) {
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("corrupt sandbox record %s: %w", dir, err)
+	}
+	return &r, nil
+}
+
+// writeRecord replaces the record atomically: readers never see half a file.
+func writeRecord(dir string, r *record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".state-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, stateFile))
+}
+
+// procStart returns a process's start time in clock ticks since boot, or 0.
+func procStart(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name may contain spaces and parentheses: split after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// alive reports whether the record's shim is still the process it was.
+func (r *record) alive() bool {
+	if r.ShimPid <= 0 {
+		return false
+	}
+	st := procStart(r.ShimPid)
+	return st != 0 && st == r.ShimStart
+}
+
+var errNoRecord = errors.New("no record")

@@ -1,0 +1,186 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+)
+
+// Roles a re-executed binary can play, chosen by the env var roleEnv.
+const (
+	roleEnv   = "CODE_SANDBOXES_ROLE"
+	roleShim  = "shim"
+	roleAgent = "agent"
+	// shimSpecEnv carries the shim's spec as JSON.
+	shimSpecEnv = "CODE_SANDBOXES_SHIM_SPEC"
+)
+
+// shimSpec is what Create hands the shim.
+type shimSpec struct {
+	Dir     string      `json:"dir"`
+	Record  record      `json:"record"`
+	Agent   agentConfig `json:"agent"`
+	Home    int64       `json:"home_bytes"`
+	TmpSize int64       `json:"tmp_bytes"`
+}
+
+// agentConfig is what the shim hands the agent, through a pipe (not the
+// environment, which user code could read).
+type agentConfig struct {
+	ID       string            `json:"id"`
+	Token    string            `json:"token"`
+	Python   string            `json:"python"`
+	Workdir  string            `json:"workdir"`
+	Env      map[string]string `json:"env"`
+	Lifetime time.Duration     `json:"lifetime"`
+}
+
+// Main runs the role this process was re-executed for, if any, and exits.
+// It returns normally in an ordinary process.
+func Main() {
+	switch os.Getenv(roleEnv) {
+	case roleShim:
+		os.Exit(runShim())
+	case roleAgent:
+		os.Exit(runAgent())
+	}
+}
+
+// shimReport is what the shim tells Create on the ready pipe (fd 3).
+type shimReport struct {
+	OK       bool   `json:"ok"`
+	Error    string `json:"error,omitempty"`
+	AgentPid int    `json:"agent_pid,omitempty"`
+}
+
+func runShim() int {
+	ready := os.NewFile(3, "ready")
+	report := func(r shimReport) {
+		if ready != nil {
+			_ = json.NewEncoder(ready).Encode(r)
+			ready.Close()
+			ready = nil
+		}
+	}
+	var spec shimSpec
+	if err := json.Unmarshal([]byte(os.Getenv(shimSpecEnv)), &spec); err != nil {
+		report(shimReport{Error: "bad shim spec: " + err.Error()})
+		return 2
+	}
+	os.Unsetenv(shimSpecEnv)
+	dir := spec.Dir
+	fail := func(err error) int {
+		report(shimReport{Error: err.Error()})
+		_ = os.RemoveAll(dir)
+		return 1
+	}
+
+	sock := filepath.Join(dir, socketFile)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fail(fmt.Errorf("listen on %s: %w", sock, err))
+	}
+	_ = os.Chmod(sock, 0o600)
+	lnFile, err := ln.(*net.UnixListener).File()
+	if err != nil {
+		return fail(err)
+	}
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	defer logf.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	r := spec.Record
+	proc, err := isolate.Start(context.Background(), isolate.Spec{
+		Path:          exe,
+		Args:          []string{"code-sandboxes-agent"},
+		Env:           []string{roleEnv + "=" + roleAgent},
+		ExtraFiles:    []*os.File{lnFile, cfgR},
+		Stdout:        logf,
+		Stderr:        logf,
+		Hostname:      "sandbox",
+		Network:       r.Network,
+		MemoryBytes:   r.Memory,
+		CPUs:          r.CPUs,
+		Pids:          r.Pids,
+		HomeSizeBytes: spec.Home,
+		TmpSizeBytes:  spec.TmpSize,
+		ID:            r.ID,
+	})
+	cfgR.Close()
+	lnFile.Close()
+	if err != nil {
+		cfgW.Close()
+		return fail(err)
+	}
+	_ = json.NewEncoder(cfgW).Encode(spec.Agent)
+	cfgW.Close()
+
+	r.ShimPid = os.Getpid()
+	r.ShimStart = procStart(os.Getpid())
+	r.AgentPid = proc.Pid
+	if err := writeRecord(dir, &r); err != nil {
+		_ = proc.Kill()
+		_, _ = proc.Wait()
+		_ = proc.Cleanup()
+		return fail(err)
+	}
+	report(shimReport{OK: true, AgentPid: proc.Pid})
+	// Detach from the creator's terminal for good: nothing of ours writes there.
+	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if devnull != nil {
+		_ = syscall.Dup2(int(devnull.Fd()), 0)
+		_ = syscall.Dup2(int(devnull.Fd()), 1)
+		_ = syscall.Dup2(int(devnull.Fd()), 2)
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		// Backup for the agent's own lifetime enforcement: if the agent is
+		// wedged past its end (+ grace), end it from outside. SetTimeout
+		// updates end_at in the record, so re-read it.
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-sigs:
+				_ = proc.Kill()
+				return
+			case <-t.C:
+				if cur, err := readRecord(dir); err == nil && !cur.EndAt.IsZero() && time.Now().After(cur.EndAt.Add(5*time.Second)) {
+					_ = proc.Kill()
+					return
+				}
+			}
+		}
+	}()
+	info, _ := proc.Wait()
+	close(done)
+	_ = proc.Kill() // whatever is left in the cgroup
+	_ = proc.Cleanup()
+	ln.Close()
+	_ = info
+	_ = os.RemoveAll(dir)
+	return 0
+}
+

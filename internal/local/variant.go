@@ -1,0 +1,473 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+// Variant is the local variant.
+type Variant struct{}
+
+// Name implements driver.Variant.
+func (Variant) Name() string { return "local" }
+
+// Capabilities implements driver.Variant.
+func (Variant) Capabilities() driver.Capabilities {
+	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true}
+}
+
+// Environments implements driver.Variant.
+func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Environment, error) {
+	return []driver.Environment{{Name: "host", Variant: "local", Description: "the host's system directories (/usr, /etc, …) read-only, with the host's python3"}}, nil
+}
+
+func newSandboxID() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	out := make([]byte, len(b))
+	for i, c := range b {
+		out[i] = alphabet[int(c)%len(alphabet)]
+	}
+	return "l" + string(out)
+}
+
+func newToken() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Create implements driver.Variant.
+func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
+	switch spec.Network {
+	case "", "none", "all":
+	case "allowlist":
+		return nil, fmt.Errorf("%w: network policy allowlist is not available on the local variant yet; use none (default) or all", sberr.ErrNotSupported)
+	}
+	if spec.Network == "" {
+		spec.Network = "none"
+	}
+	if spec.Environment != "" && spec.Environment != "host" {
+		return nil, fmt.Errorf("%w: environment %q is unknown to the local variant; it has: host", sberr.ErrInvalidConfig, spec.Environment)
+	}
+	if len(spec.Packages) > 0 && spec.Network != "all" {
+		return nil, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an environment that has them)", sberr.ErrInvalidConfig)
+	}
+	if err := isolate.CheckSupport(); err != nil {
+		return nil, err
+	}
+	rt := runtimeDir(spec.Local.RuntimeDir)
+	if err := ensureRuntimeDir(rt); err != nil {
+		return nil, err
+	}
+	id := newSandboxID()
+	dir := filepath.Join(rt, id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox directory: %w", err)
+	}
+	workdir := spec.WorkingDir
+	if workdir == "" {
+		workdir = "/home/user"
+	}
+	now := time.Now()
+	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
+		Token: newToken(), Network: spec.Network, Memory: spec.MemoryBytes, CPUs: spec.CPUs, Pids: spec.Pids}
+	if rec.Pids == 0 {
+		rec.Pids = defaultPids
+	}
+	ss := shimSpec{Dir: dir, Record: rec, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
+		Workdir: workdir, Env: spec.Env, Lifetime: spec.Lifetime}}
+	b, _ := json.Marshal(ss)
+
+	exe, err := os.Executable()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Args = []string{"code-sandboxes-shim", id}
+	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
+	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		readyR.Close()
+		readyW.Close()
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start sandbox supervisor: %w", err)
+	}
+	readyW.Close()
+	// The shim outlives us; reap it if it dies while we still run.
+	go func() { _ = cmd.Wait() }()
+
+	rep, err := readReport(ctx, readyR)
+	readyR.Close()
+	if err != nil || !rep.OK {
+		_ = cmd.Process.Kill()
+		os.RemoveAll(dir)
+		if err == nil {
+			err = errors.New(rep.Error)
+		}
+		return nil, fmt.Errorf("create local sandbox: %w", err)
+	}
+	inst := newInstance(rt, id, rec.Token)
+	if err := inst.waitHealthy(ctx, 30*time.Second); err != nil {
+		log := tail(filepath.Join(dir, "agent.log"), 2048)
+		_ = inst.Kill(context.Background())
+		if log != "" {
+			err = fmt.Errorf("%w; agent log: %s", err, log)
+		}
+		return nil, fmt.Errorf("create local sandbox: %w", err)
+	}
+	if len(spec.Packages) > 0 {
+		if err := inst.installPackages(ctx, spec, workdir); err != nil {
+			_ = inst.Kill(context.Background())
+			return nil, err
+		}
+	}
+	return inst, nil
+}
+
+// defaultPids keeps a fork bomb from taking the host down even when the user
+// set no limit.
+const defaultPids = 1024
+
+func minimalHostEnv() []string {
+	var out []string
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR"} {
+		if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+func readReport(ctx context.Context, r io.Reader) (shimReport, error) {
+	type res struct {
+		rep shimReport
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		var rep shimReport
+		line, err := bufio.NewReader(io.LimitReader(r, 64<<10)).ReadBytes('\n')
+		if err != nil && len(line) == 0 {
+			ch <- res{err: fmt.Errorf("the sandbox supervisor exited without reporting: %w", err)}
+			return
+		}
+		err = json.Unmarshal(line, &rep)
+		ch <- res{rep, err}
+	}()
+	t := time.NewTimer(60 * time.Second)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.rep, r.err
+	case <-ctx.Done():
+		return shimReport{}, ctx.Err()
+	case <-t.C:
+		return shimReport{}, fmt.Errorf("%w: the sandbox supervisor did not report within 60s", sberr.ErrTimeout)
+	}
+}
+
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	if st != nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, n))
+	return strings.TrimSpace(string(b))
+}
+
+// instance is a handle on a local sandbox.
+type instance struct {
+	rt, id string
+	c      *client.Client
+
+	mu       sync.Mutex
+	forwards map[int]net.Listener
+}
+
+func newInstance(rt, id, token string) *instance {
+	sock := filepath.Join(rt, id, socketFile)
+	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), AccessToken: token})
+	return &instance{rt: rt, id: id, c: c, forwards: map[int]net.Listener{}}
+}
+
+func (i *instance) dir() string { return filepath.Join(i.rt, i.id) }
+
+func (i *instance) waitHealthy(ctx context.Context, max time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	delay := 2 * time.Millisecond
+	for {
+		hctx, hcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := i.c.Health(hctx)
+		hcancel()
+		if err == nil {
+			return nil
+		}
+		if _, serr := os.Stat(i.dir()); serr != nil {
+			return fmt.Errorf("%w: the sandbox exited during start-up", sberr.ErrUnavailable)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: the sandbox did not answer within %s: %v", sberr.ErrTimeout, max, err)
+		case <-time.After(delay):
+		}
+		if delay < 50*time.Millisecond {
+			delay *= 2
+		}
+	}
+}
+
+func (i *instance) ID() string             { return i.id }
+func (i *instance) Client() *client.Client { return i.c }
+
+func (i *instance) record() (*record, error) {
+	r, err := readRecord(i.dir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", i.id, sberr.ErrNotFound)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+func (i *instance) Info(ctx context.Context) (driver.Info, error) {
+	r, err := i.record()
+	if err != nil {
+		return driver.Info{}, err
+	}
+	return infoOf(r), nil
+}
+
+func infoOf(r *record) driver.Info {
+	status := "running"
+	if !r.alive() {
+		status = "stopped"
+	}
+	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
+		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network}
+}
+
+func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
+	r, err := i.record()
+	if err != nil {
+		return err
+	}
+	if _, err := i.c.SetTimeout(ctx, d); err != nil {
+		return err
+	}
+	r.EndAt = time.Now().Add(d)
+	return writeRecord(i.dir(), r)
+}
+
+// Host forwards a loopback port of this process to port inside the sandbox,
+// through the agent's socket: it works with network "none" too. The forward
+// lives as long as this handle (Release or Close end it).
+func (i *instance) Host(ctx context.Context, port int) (string, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if ln, ok := i.forwards[port]; ok {
+		return ln.Addr().String(), nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	i.forwards[port] = ln
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				up, err := i.c.DialPort(dctx, port)
+				cancel()
+				if err != nil {
+					down.Close()
+					return
+				}
+				pipe(down, up)
+			}()
+		}
+	}()
+	return ln.Addr().String(), nil
+}
+
+func pipe(a, b net.Conn) {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	cp := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
+}
+
+func (i *instance) Kill(ctx context.Context) error {
+	return killByDir(ctx, i.dir())
+}
+
+func (i *instance) Release() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	for p, ln := range i.forwards {
+		ln.Close()
+		delete(i.forwards, p)
+	}
+	if tr, ok := i.c.HTTPClient().Transport.(interface{ CloseIdleConnections() }); ok {
+		tr.CloseIdleConnections()
+	}
+	return nil
+}
+
+// killByDir ends the sandbox whose directory is dir and waits until its
+// supervisor has cleaned up (bounded).
+func killByDir(ctx context.Context, dir string) error {
+	r, err := readRecord(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("sandbox %s: %w (it expired or was killed)", filepath.Base(dir), sberr.ErrNotFound)
+		}
+		// A corrupt record: nothing to signal; remove the debris.
+		return os.RemoveAll(dir)
+	}
+	if !r.alive() {
+		cleanupStale(dir, r)
+		return nil
+	}
+	_ = syscall.Kill(r.ShimPid, syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// The shim did not finish in time: take everything down ourselves.
+	_ = syscall.Kill(r.ShimPid, syscall.SIGKILL)
+	cleanupStale(dir, r)
+	return nil
+}
+
+// cleanupStale removes what a dead supervisor left: the agent if it somehow
+// survived, its cgroups and the directory.
+func cleanupStale(dir string, r *record) {
+	if r.AgentPid > 0 {
+		// Only signal it if it still is a sandbox agent of ours.
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(r.AgentPid) + "/cmdline"); err == nil && strings.HasPrefix(string(b), "code-sandboxes-agent") {
+			_ = syscall.Kill(r.AgentPid, syscall.SIGKILL)
+		}
+	}
+	_ = isolate.CleanupID(r.ID)
+	_ = os.RemoveAll(dir)
+}
+
+// Connect implements driver.Variant.
+func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driver.Instance, error) {
+	rt := runtimeDir(spec.Local.RuntimeDir)
+	r, err := readRecord(filepath.Join(rt, filepath.Base(id)))
+	if err != nil || !r.alive() {
+		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
+	}
+	inst := newInstance(rt, r.ID, r.Token)
+	if err := inst.waitHealthy(ctx, 5*time.Second); err != nil {
+		return nil, err
+	}
+	return inst, nil
+}
+
+// List implements driver.Variant; it also cleans up after sandboxes whose
+// supervisor died.
+func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
+	rt := runtimeDir(spec.Local.RuntimeDir)
+	ents, err := os.ReadDir(rt)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []driver.Info
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(rt, e.Name())
+		r, err := readRecord(dir)
+		if err != nil {
+			// A directory without a record for more than a minute is debris
+			// from a create that died; younger ones may be starting.
+			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > time.Minute {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		if !r.alive() {
+			cleanupStale(dir, r)
+			continue
+		}
+		if i := infoOf(r); f.Match(i) {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// Kill implements driver.Variant.
+func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
+	return killByDir(ctx, filepath.Join(runtimeDir(spec.Local.RuntimeDir), filepath.Base(id)))
+}
+
+func (i *instance) installPackages(ctx context.Context, spec driver.Spec, workdir string) error {
+	return fmt.Errorf("%w: package installation is not wired yet", sberr.ErrNotSupported)
+}

@@ -1,0 +1,356 @@
+// Package sandboxes runs untrusted code — most often code an LLM just wrote —
+// in isolated sandboxes behind one API over many backends ("variants"). A
+// sandbox keeps state between RunCode calls, returns rich output keyed by MIME
+// type, and has files, processes, a network policy, limits and a lifetime.
+//
+//	sb, err := sandboxes.Create(ctx, sandboxes.Config{})   // the local variant
+//	defer sb.Close()
+//	sb.RunCode(ctx, "x = 40")
+//	ex, _ := sb.RunCode(ctx, "x + 2")
+//	ex.Text() // "42"
+//
+// Programs that use the local variant re-execute their own binary as the
+// sandbox's agent; that happens in this package's init, before main runs.
+package sandboxes
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+// Errors, matchable with errors.Is.
+var (
+	// ErrNotSupported: the variant lacks the operation. Never a silent no-op.
+	ErrNotSupported = sberr.ErrNotSupported
+	// ErrNotFound: no such sandbox, context, file, variable or process.
+	ErrNotFound = sberr.ErrNotFound
+	// ErrTimeout: a wait ran out.
+	ErrTimeout = sberr.ErrTimeout
+	// ErrInvalidConfig: the Config can't be honoured; the message says why.
+	ErrInvalidConfig = sberr.ErrInvalidConfig
+	// ErrClosed: the sandbox was closed by this process.
+	ErrClosed = sberr.ErrClosed
+	// ErrUnauthorized: the credentials were refused.
+	ErrUnauthorized = sberr.ErrUnauthorized
+	// ErrUnavailable: the sandbox stopped answering (killed, expired, crashed).
+	ErrUnavailable = sberr.ErrUnavailable
+	// ErrInvalidInput: a request argument was refused.
+	ErrInvalidInput = sberr.ErrInvalidInput
+)
+
+// Network policies.
+const (
+	NetworkNone      = "none"
+	NetworkAll       = "all"
+	NetworkAllowlist = "allowlist"
+)
+
+// Config describes a sandbox. The zero value is a local sandbox with no
+// network, the host's python3 and a one-day lifetime.
+type Config struct {
+	// Variant picks the backend: "local" (default), and others as registered.
+	Variant string
+	// Name is a human-friendly name; generated when empty.
+	Name string
+	// Tags label the sandbox for List and Kill.
+	Tags map[string]string
+	// Environment names the sandbox image; "" = the variant's default.
+	Environment string
+	// Timeout is the default per-execution timeout of RunCode (0 = none).
+	Timeout time.Duration
+	// MaxLifetime: the sandbox ends itself this long after creation (or after
+	// the last SetTimeout). Default 24h.
+	MaxLifetime time.Duration
+	// Memory limit in bytes (0 = none), CPU limit in cores (0 = none),
+	// Pids limit (0 = the variant's default).
+	Memory int64
+	CPU    float64
+	Pids   int64
+	// Env is set for every process and kernel in the sandbox.
+	Env map[string]string
+	// WorkingDir is the default cwd of code and commands (default /home/user).
+	WorkingDir string
+	// NetworkPolicy: "none" (default on local), "all", or "allowlist" with
+	// AllowedHosts. A variant that can't enforce a policy refuses it.
+	NetworkPolicy string
+	AllowedHosts  []string
+	// Packages are pip-installed at creation (gllm_tools' additional_packages)
+	// from PackageIndex (default: pip's own configuration).
+	Packages     []string
+	PackageIndex string
+
+	Local LocalConfig
+}
+
+// LocalConfig holds settings of the local variant.
+type LocalConfig struct {
+	// RuntimeDir keeps sandbox records and sockets; default
+	// $CODE_SANDBOXES_RUNTIME_DIR, else /run/code-sandboxes (root) or
+	// $XDG_RUNTIME_DIR/code-sandboxes.
+	RuntimeDir string
+	// Python is the interpreter inside the sandbox; default python3 from PATH
+	// (/usr/local/bin:/usr/bin:/bin).
+	Python string
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]driver.Variant{}
+)
+
+// register adds a variant; variants call it from init.
+func register(v driver.Variant) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	registry[v.Name()] = v
+}
+
+// Variants lists the registered variant names.
+func Variants() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NormalizeVariant lower-cases and trims a variant name and maps '_' to '-',
+// as the Python package does.
+func NormalizeVariant(v string) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimSpace(v)), "_", "-")
+}
+
+func variantFor(name string) (driver.Variant, error) {
+	name = NormalizeVariant(name)
+	if name == "" {
+		name = "local"
+	}
+	regMu.RLock()
+	v := registry[name]
+	regMu.RUnlock()
+	if v == nil {
+		return nil, fmt.Errorf("%w: unknown sandbox variant %q; supported variants: %s", ErrInvalidConfig, name, strings.Join(Variants(), ", "))
+	}
+	return v, nil
+}
+
+var tagKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+
+func (c Config) spec() (driver.Spec, error) {
+	bad := func(format string, a ...any) (driver.Spec, error) {
+		return driver.Spec{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
+	}
+	s := driver.Spec{
+		Variant: NormalizeVariant(c.Variant), Name: c.Name, Tags: c.Tags, Environment: c.Environment,
+		Lifetime: c.MaxLifetime, MemoryBytes: c.Memory, CPUs: c.CPU, Pids: c.Pids, Env: c.Env,
+		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
+		AllowedHosts: c.AllowedHosts, Packages: c.Packages, PackageIndex: c.PackageIndex,
+		Local: driver.LocalSpec{RuntimeDir: c.Local.RuntimeDir, Python: c.Local.Python},
+	}
+	if s.Variant == "" {
+		s.Variant = "local"
+	}
+	if s.Lifetime == 0 {
+		s.Lifetime = 24 * time.Hour
+	}
+	switch {
+	case s.Lifetime < 0:
+		return bad("MaxLifetime must be positive, got %s", c.MaxLifetime)
+	case c.Timeout < 0:
+		return bad("Timeout must be positive or zero, got %s", c.Timeout)
+	case c.Memory < 0:
+		return bad("Memory must be a positive number of bytes, got %d", c.Memory)
+	case c.Memory > 0 && c.Memory < 16<<20:
+		return bad("Memory of %d bytes is too small to run python; give at least 16 MiB", c.Memory)
+	case c.CPU < 0:
+		return bad("CPU must be a positive number of cores, got %g", c.CPU)
+	case c.Pids < 0:
+		return bad("Pids must be positive, got %d", c.Pids)
+	case c.Pids > 0 && c.Pids < 8:
+		return bad("Pids of %d is too few to run the agent and a kernel; give at least 8", c.Pids)
+	}
+	switch s.Network {
+	case "", "inherit":
+		s.Network = ""
+	case NetworkNone, NetworkAll:
+	case NetworkAllowlist:
+		if len(c.AllowedHosts) == 0 {
+			return bad("NetworkPolicy allowlist needs AllowedHosts")
+		}
+	default:
+		return bad("unknown NetworkPolicy %q; use none, all or allowlist", c.NetworkPolicy)
+	}
+	if len(c.AllowedHosts) > 0 && s.Network != NetworkAllowlist {
+		return bad("AllowedHosts is only meaningful with NetworkPolicy allowlist")
+	}
+	for k := range c.Tags {
+		if !tagKey.MatchString(k) {
+			return bad("tag key %q: use letters, digits, '.', '_', '/', '-' (at most 63)", k)
+		}
+	}
+	if len(c.Name) > 63 {
+		return bad("Name is longer than 63 characters")
+	}
+	if c.WorkingDir != "" && !strings.HasPrefix(c.WorkingDir, "/") {
+		return bad("WorkingDir must be an absolute path inside the sandbox, got %q", c.WorkingDir)
+	}
+	for k := range c.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return bad("environment variable name %q is invalid", k)
+		}
+	}
+	if s.Name == "" {
+		s.Name = generateName()
+	}
+	return s, nil
+}
+
+// Create starts a sandbox and returns when it answers.
+func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
+	spec, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	v, err := variantFor(spec.Variant)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := v.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return newSandbox(v, inst, cfg, spec), nil
+}
+
+// Get reconnects to a running sandbox by id or name.
+func Get(ctx context.Context, cfg Config, idOrName string) (*Sandbox, error) {
+	spec, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	v, err := variantFor(spec.Variant)
+	if err != nil {
+		return nil, err
+	}
+	id, err := resolve(ctx, v, spec, idOrName)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := v.Connect(ctx, id, spec)
+	if err != nil {
+		return nil, err
+	}
+	return newSandbox(v, inst, cfg, spec), nil
+}
+
+func resolve(ctx context.Context, v driver.Variant, spec driver.Spec, idOrName string) (string, error) {
+	infos, err := v.List(ctx, spec, driver.Filter{})
+	if err != nil {
+		return "", err
+	}
+	var byName []driver.Info
+	for _, i := range infos {
+		if i.ID == idOrName {
+			return i.ID, nil
+		}
+		if i.Name == idOrName {
+			byName = append(byName, i)
+		}
+	}
+	switch len(byName) {
+	case 0:
+		return "", fmt.Errorf("sandbox %q: %w on variant %s (it may have expired or been deleted)", idOrName, ErrNotFound, v.Name())
+	case 1:
+		return byName[0].ID, nil
+	}
+	return "", fmt.Errorf("%w: %d sandboxes are named %q; use an id", ErrInvalidInput, len(byName), idOrName)
+}
+
+// Info describes a sandbox.
+type Info = driver.Info
+
+// Environment is a named sandbox image.
+type Environment = driver.Environment
+
+// ListOptions filter List and Kill.
+type ListOptions struct {
+	Name string
+	Tags map[string]string
+}
+
+// List lists the running sandboxes of cfg's variant.
+func List(ctx context.Context, cfg Config, opts ListOptions) ([]Info, error) {
+	spec, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	v, err := variantFor(spec.Variant)
+	if err != nil {
+		return nil, err
+	}
+	return v.List(ctx, spec, driver.Filter{Name: opts.Name, Tags: opts.Tags})
+}
+
+// Kill ends sandboxes by id or name (idOrName) or by tags (opts) and returns
+// the ids it killed. At least one selector is required.
+func Kill(ctx context.Context, cfg Config, idOrName string, opts ListOptions) ([]string, error) {
+	spec, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	v, err := variantFor(spec.Variant)
+	if err != nil {
+		return nil, err
+	}
+	if idOrName == "" && opts.Name == "" && len(opts.Tags) == 0 {
+		return nil, fmt.Errorf("%w: Kill needs an id, a name or tags (refusing to kill every sandbox)", ErrInvalidInput)
+	}
+	var ids []string
+	if idOrName != "" {
+		id, err := resolve(ctx, v, spec, idOrName)
+		if err != nil {
+			return nil, err
+		}
+		ids = []string{id}
+	} else {
+		infos, err := v.List(ctx, spec, driver.Filter{Name: opts.Name, Tags: opts.Tags})
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range infos {
+			ids = append(ids, i.ID)
+		}
+	}
+	var killed []string
+	for _, id := range ids {
+		if err := v.Kill(ctx, spec, id); err != nil {
+			return killed, err
+		}
+		killed = append(killed, id)
+	}
+	return killed, nil
+}
+
+// ListEnvironments lists the environments of cfg's variant.
+func ListEnvironments(ctx context.Context, cfg Config) ([]Environment, error) {
+	spec, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	v, err := variantFor(spec.Variant)
+	if err != nil {
+		return nil, err
+	}
+	return v.Environments(ctx, spec)
+}
