@@ -54,9 +54,9 @@ type Info struct {
 // operation a variant lacks answers ErrNotSupported, never a silent no-op.
 type Capabilities struct {
 	Interrupt, Variables, Host, Commands, Files, Watch, SetTimeout bool
-	Networks                                                      []string
-	Limits                                                        bool
-	Packages                                                      bool
+	Networks                                                       []string
+	Limits                                                         bool
+	Packages                                                       bool
 }
 
 // Environment is a named sandbox image.

@@ -183,4 +183,3 @@ func runShim() int {
 	_ = os.RemoveAll(dir)
 	return 0
 }
-

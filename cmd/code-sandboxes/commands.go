@@ -1,0 +1,530 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/spf13/cobra"
+)
+
+type common struct {
+	variant     string
+	name        string
+	environment string
+	tags        []string
+	timeout     time.Duration
+	lifetime    time.Duration
+	memory      string
+	cpu         float64
+	network     string
+	env         []string
+	runtimeDir  string
+}
+
+func (c *common) flags(cmd *cobra.Command, creating bool) {
+	f := cmd.Flags()
+	f.StringVarP(&c.variant, "variant", "v", "local", "sandbox variant: "+strings.Join(sandboxes.Variants(), ", "))
+	f.StringVar(&c.runtimeDir, "runtime-dir", "", "local variant: where sandbox records live (default $CODE_SANDBOXES_RUNTIME_DIR, /run/code-sandboxes or $XDG_RUNTIME_DIR)")
+	if !creating {
+		return
+	}
+	f.StringVar(&c.name, "name", "", "sandbox name (generated when empty)")
+	f.StringVar(&c.environment, "environment", "", "environment (sandbox image) name")
+	f.StringArrayVar(&c.tags, "tag", nil, "tag as key=value (repeatable)")
+	f.DurationVar(&c.timeout, "timeout", 0, "per-execution timeout, e.g. 60s (0 = none)")
+	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h; exec and repl end the sandbox when they finish)")
+	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G")
+	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
+	f.StringVar(&c.network, "network", "", "network policy: none (default on local) or all")
+	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
+}
+
+func parseKV(list []string, what string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range list {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: use key=value", what, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func parseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	u := strings.ToUpper(strings.TrimSpace(s))
+	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
+	switch {
+	case strings.HasSuffix(u, "K"):
+		mult, u = 1<<10, u[:len(u)-1]
+	case strings.HasSuffix(u, "M"):
+		mult, u = 1<<20, u[:len(u)-1]
+	case strings.HasSuffix(u, "G"):
+		mult, u = 1<<30, u[:len(u)-1]
+	}
+	var n int64
+	if _, err := fmt.Sscan(u, &n); err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: use a number with an optional K, M or G suffix", s)
+	}
+	return n * mult, nil
+}
+
+func (c *common) config() (sandboxes.Config, error) {
+	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
+		MaxLifetime: c.lifetime, CPU: c.cpu, NetworkPolicy: c.network, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
+	var err error
+	if cfg.Tags, err = parseKV(c.tags, "tag"); err != nil {
+		return cfg, err
+	}
+	if cfg.Env, err = parseKV(c.env, "env"); err != nil {
+		return cfg, err
+	}
+	if cfg.Memory, err = parseSize(c.memory); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "code-sandboxes",
+		Short:         "Run untrusted code in isolated sandboxes",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), environmentsCmd(), versionCmd())
+	return root
+}
+
+func execCmd() *cobra.Command {
+	var c common
+	var file, figures string
+	var quiet, jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "exec [CODE]",
+		Short: "Run code in a new sandbox and print its output (exit status 0 on success, 1 otherwise)",
+		Example: `  code-sandboxes exec 'import sys; print(sys.version)'
+  code-sandboxes exec -f script.py
+  echo '1 + 1' | code-sandboxes exec`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			code, err := readCode(cmd, args, file)
+			if err != nil {
+				return err
+			}
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			if cfg.MaxLifetime == 0 {
+				cfg.MaxLifetime = time.Hour
+			}
+			ctx := cmd.Context()
+			sb, err := sandboxes.Create(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer sb.Close()
+			out := cmd.OutOrStdout()
+			ex, err := sb.RunCode(ctx, code,
+				sandboxes.OnStdout(func(m sandboxes.OutputMessage) { fmt.Fprint(out, m.Line) }),
+				sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				_ = enc.Encode(ex)
+			} else {
+				printResults(cmd, ex, figures, quiet)
+			}
+			if !ex.Success() {
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	c.flags(cmd, true)
+	cmd.Flags().StringVarP(&file, "file", "f", "", "read the code from a file ('-' = stdin)")
+	cmd.Flags().StringVar(&figures, "figures-dir", ".", "where to save figures (PNG, JPEG, SVG) the code produces")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the code's own output")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the whole execution as JSON")
+	return cmd
+}
+
+func readCode(cmd *cobra.Command, args []string, file string) (string, error) {
+	switch {
+	case len(args) == 1 && file != "":
+		return "", fmt.Errorf("give the code as an argument or with -f, not both")
+	case len(args) == 1:
+		return args[0], nil
+	case file != "" && file != "-":
+		b, err := os.ReadFile(file)
+		return string(b), err
+	}
+	if f, ok := cmd.InOrStdin().(*os.File); ok && file == "" {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return "", fmt.Errorf("no code given: pass it as an argument, with -f FILE, or on stdin")
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 16<<20))
+	return string(b), err
+}
+
+var figureExt = map[string]string{sandboxes.MIMEPNG: "png", sandboxes.MIMEJPEG: "jpg", sandboxes.MIMESVG: "svg"}
+
+func printResults(cmd *cobra.Command, ex *sandboxes.Execution, figures string, quiet bool) {
+	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	n := 0
+	for _, r := range ex.Results {
+		saved := false
+		for mime, ext := range figureExt {
+			if _, ok := r.Data[mime]; !ok {
+				continue
+			}
+			var data []byte
+			if mime == sandboxes.MIMESVG {
+				s, _ := r.Data[mime].(string)
+				data = []byte(s)
+			} else if mime == sandboxes.MIMEPNG {
+				data = r.PNG()
+			} else {
+				data = r.JPEG()
+			}
+			if len(data) == 0 {
+				continue
+			}
+			n++
+			p := filepath.Join(figures, fmt.Sprintf("figure-%d-%d.%s", ex.ExecutionCount, n, ext))
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				fmt.Fprintln(errw, "could not save figure:", err)
+				continue
+			}
+			fmt.Fprintln(out, "figure saved:", p)
+			saved = true
+			break
+		}
+		if !saved && !quiet && r.Text() != "" {
+			fmt.Fprintln(out, r.Text())
+		}
+	}
+	if ex.Error != nil {
+		if ex.Error.Traceback != "" {
+			fmt.Fprintln(errw, ex.Error.Traceback)
+		} else {
+			fmt.Fprintf(errw, "%s: %s\n", ex.Error.Name, ex.Error.Value)
+		}
+	}
+	if ex.Truncated {
+		fmt.Fprintln(errw, "(output truncated)")
+	}
+}
+
+func replCmd() *cobra.Command {
+	var c common
+	var figures string
+	cmd := &cobra.Command{
+		Use:   "repl",
+		Short: "An interactive session in one sandbox (:exit to leave; the sandbox ends with the session)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			sb, err := sandboxes.Create(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			defer sb.Close()
+			return runREPL(ctx, cmd, sb, figures)
+		},
+	}
+	c.flags(cmd, true)
+	cmd.Flags().StringVar(&figures, "figures-dir", ".", "where to save figures")
+	return cmd
+}
+
+func runREPL(ctx context.Context, cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
+	in := bufio.NewScanner(cmd.InOrStdin())
+	in.Buffer(make([]byte, 64<<10), 16<<20)
+	out := cmd.OutOrStdout()
+	prompt := fmt.Sprintf("sandbox(%s:%s)>>> ", sb.Variant(), sb.Name())
+	fmt.Fprintln(out, "Type code; end a block with an empty line. :exit leaves, :help helps.")
+	for {
+		fmt.Fprint(out, prompt)
+		var lines []string
+		for in.Scan() {
+			line := in.Text()
+			if len(lines) == 0 {
+				switch strings.TrimSpace(line) {
+				case ":exit", ":quit", "exit", "quit":
+					return nil
+				case ":help":
+					fmt.Fprintln(out, "Enter Python code. A line ending in ':' or an indented line starts a block that ends with an empty line. :exit leaves.")
+					fmt.Fprint(out, prompt)
+					continue
+				case "":
+					fmt.Fprint(out, prompt)
+					continue
+				}
+			}
+			lines = append(lines, line)
+			trimmed := strings.TrimRight(line, " \t")
+			block := strings.HasSuffix(trimmed, ":") || strings.HasSuffix(trimmed, "\\") || len(lines) > 1
+			if !block || (len(lines) > 1 && strings.TrimSpace(line) == "") {
+				break
+			}
+			fmt.Fprint(out, "... ")
+		}
+		if len(lines) == 0 {
+			fmt.Fprintln(out)
+			return in.Err()
+		}
+		ex, err := sb.RunCode(ctx, strings.Join(lines, "\n"),
+			sandboxes.OnStdout(func(m sandboxes.OutputMessage) { fmt.Fprint(out, m.Line) }),
+			sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))
+		if err != nil {
+			return err
+		}
+		printResults(cmd, ex, figures, false)
+	}
+}
+
+func createCmd() *cobra.Command {
+	var c common
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox that keeps running (until its lifetime ends or it is deleted) and print its id",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			sb, err := sandboxes.Create(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			defer sb.Detach()
+			if jsonOut {
+				info, err := sb.Info(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(info)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sb.ID())
+			return nil
+		},
+	}
+	c.flags(cmd, true)
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the sandbox's info as JSON")
+	return cmd
+}
+
+func printTable(cmd *cobra.Command, infos []sandboxes.Info) {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tVARIANT\tNAME\tSTATUS\tENDS\tTAGS")
+	for _, i := range infos {
+		keys := make([]string, 0, len(i.Tags))
+		for k := range i.Tags {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		tags := make([]string, 0, len(keys))
+		for _, k := range keys {
+			tags = append(tags, k+"="+i.Tags[k])
+		}
+		ends := "-"
+		if !i.EndAt.IsZero() {
+			ends = time.Until(i.EndAt).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Variant, i.Name, i.Status, ends, strings.Join(tags, ","))
+	}
+	tw.Flush()
+}
+
+func listCmd() *cobra.Command {
+	var c common
+	var jsonOut bool
+	var name string
+	var tags []string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List running sandboxes",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			t, err := parseKV(tags, "tag")
+			if err != nil {
+				return err
+			}
+			infos, err := sandboxes.List(cmd.Context(), cfg, sandboxes.ListOptions{Name: name, Tags: t})
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				if infos == nil {
+					infos = []sandboxes.Info{}
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(infos)
+			}
+			printTable(cmd, infos)
+			return nil
+		},
+	}
+	c.flags(cmd, false)
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	cmd.Flags().StringVar(&name, "name", "", "only sandboxes with this name")
+	cmd.Flags().StringArrayVar(&tags, "tag", nil, "only sandboxes with this tag key=value (repeatable)")
+	return cmd
+}
+
+func getCmd() *cobra.Command {
+	var c common
+	var jsonOut bool
+	cmd := &cobra.Command{
+		Use:   "get ID|NAME",
+		Short: "Show one sandbox",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			sb, err := sandboxes.Get(cmd.Context(), cfg, args[0])
+			if err != nil {
+				return err
+			}
+			defer sb.Detach()
+			info, err := sb.Info(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if jsonOut {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(info)
+			}
+			printTable(cmd, []sandboxes.Info{info})
+			return nil
+		},
+	}
+	c.flags(cmd, false)
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func deleteCmd() *cobra.Command {
+	var c common
+	var yes bool
+	var tags []string
+	cmd := &cobra.Command{
+		Use:   "delete [ID|NAME]",
+		Short: "Kill sandboxes by id, name or tags",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			t, err := parseKV(tags, "tag")
+			if err != nil {
+				return err
+			}
+			target := ""
+			if len(args) == 1 {
+				target = args[0]
+			}
+			if target == "" && len(t) == 0 {
+				return fmt.Errorf("name a sandbox (id or name) or give --tag key=value")
+			}
+			if !yes {
+				what := target
+				if what == "" {
+					what = "every sandbox tagged " + strings.Join(tags, ",")
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "Delete %s? [y/N] ", what)
+				ans, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(ans)); a != "y" && a != "yes" {
+					fmt.Fprintln(cmd.OutOrStdout(), "Nothing deleted.")
+					return exitError{1}
+				}
+			}
+			killed, err := sandboxes.Kill(cmd.Context(), cfg, target, sandboxes.ListOptions{Tags: t})
+			for _, id := range killed {
+				fmt.Fprintln(cmd.OutOrStdout(), "deleted", id)
+			}
+			if err != nil {
+				return err
+			}
+			if len(killed) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "no sandbox matched")
+				return exitError{1}
+			}
+			return nil
+		},
+	}
+	c.flags(cmd, false)
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().StringArrayVar(&tags, "tag", nil, "kill every sandbox with this tag key=value (repeatable)")
+	return cmd
+}
+
+func environmentsCmd() *cobra.Command {
+	var variant string
+	cmd := &cobra.Command{
+		Use:   "environments",
+		Short: "List the environments (sandbox images) of each variant",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			variants := sandboxes.Variants()
+			if variant != "" {
+				variants = []string{variant}
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VARIANT\tNAME\tDESCRIPTION")
+			for _, v := range variants {
+				envs, err := sandboxes.ListEnvironments(cmd.Context(), sandboxes.Config{Variant: v})
+				if err != nil {
+					fmt.Fprintf(tw, "%s\t(skipped: %v)\t\n", v, err)
+					continue
+				}
+				for _, e := range envs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Variant, e.Name, e.Description)
+				}
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&variant, "variant", "v", "", "only this variant")
+	return cmd
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Run: func(cmd *cobra.Command, args []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "code-sandboxes", version)
+		},
+	}
+}
