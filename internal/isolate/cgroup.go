@@ -36,8 +36,7 @@ type cgroup struct {
 
 const cgroupGroupName = "code-sandboxes"
 
-// cgroupFS describes where cgroup hierarchies are mounted; the fields are
-// variables so tests can point them at a fake tree.
+// cgroupFS is where our own cgroup lives in each usable hierarchy.
 type cgroupFS struct {
 	v1     map[string]string // v1 controller -> directory of our own cgroup in it
 	v2     string            // v2: directory of our own cgroup ("" if no usable v2)

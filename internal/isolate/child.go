@@ -72,13 +72,10 @@ func stage1(cfg *childConfig) error {
 		return errors.New("parent went away before releasing the sandbox")
 	}
 	sync.Close()
-	for _, fd := range []int{cfg.ExeFD, cfg.StatusFD} {
-		// Not inherited by the user's code; the status fd is re-opened by
-		// number in stage 2, so it must survive the exec.
-		if fd == cfg.ExeFD {
-			unix.CloseOnExec(fd)
-		}
-	}
+	// The binary's fd must not reach stage 2 (and user code); exec through
+	// /proc/self/fd/N still works with close-on-exec set. The status fd must
+	// survive: stage 2 reports "ready" on it.
+	unix.CloseOnExec(cfg.ExeFD)
 
 	// Now that our cgroup is final, a new cgroup namespace rooted at it hides
 	// the host's cgroup paths.

@@ -1,0 +1,236 @@
+package sandboxes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"connectrpc.com/connect"
+	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
+	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem/filesystemconnect"
+)
+
+// Files reads and writes the sandbox's files (E2B's envd /files and
+// filesystem service). Paths are absolute, or relative to /home/user.
+type Files struct{ s *Sandbox }
+
+// Files returns the sandbox's file system.
+func (s *Sandbox) Files() *Files { return &Files{s: s} }
+
+// EntryInfo describes a file or directory.
+type EntryInfo struct {
+	Name          string      `json:"name"`
+	Path          string      `json:"path"`
+	Type          string      `json:"type"` // file, dir or symlink
+	Size          int64       `json:"size"`
+	Mode          os.FileMode `json:"mode"`
+	Permissions   string      `json:"permissions"`
+	Owner         string      `json:"owner"`
+	Group         string      `json:"group"`
+	ModifiedTime  time.Time   `json:"modified_time"`
+	SymlinkTarget string      `json:"symlink_target,omitempty"`
+}
+
+func entryOf(e *fspb.EntryInfo) EntryInfo {
+	t := ""
+	switch e.GetType() {
+	case fspb.FileType_FILE_TYPE_FILE:
+		t = "file"
+	case fspb.FileType_FILE_TYPE_DIRECTORY:
+		t = "dir"
+	case fspb.FileType_FILE_TYPE_SYMLINK:
+		t = "symlink"
+	}
+	return EntryInfo{Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: os.FileMode(e.GetMode()),
+		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
+		ModifiedTime: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget()}
+}
+
+func (f *Files) rpc() (filesystemconnect.FilesystemClient, error) {
+	if !f.s.variant.Capabilities().Files {
+		return nil, fmt.Errorf("files: %w (%s)", ErrNotSupported, f.s.variant.Name())
+	}
+	cl, err := f.s.conn()
+	if err != nil {
+		return nil, err
+	}
+	return filesystemconnect.NewFilesystemClient(cl.HTTPClient(), cl.EnvdURL(), connect.WithInterceptors(headerInterceptor(cl.EnvdHeaders()))), nil
+}
+
+// Read streams a file; close the reader.
+func (f *Files) Read(ctx context.Context, path string) (io.ReadCloser, error) {
+	cl, err := f.s.conn()
+	if err != nil {
+		return nil, err
+	}
+	return cl.ReadFile(ctx, path)
+}
+
+// ReadBytes reads a whole file.
+func (f *Files) ReadBytes(ctx context.Context, path string) ([]byte, error) {
+	r, err := f.Read(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
+}
+
+// Write streams r into a file, creating parent directories and replacing
+// any existing file.
+func (f *Files) Write(ctx context.Context, path string, r io.Reader) error {
+	cl, err := f.s.conn()
+	if err != nil {
+		return err
+	}
+	return cl.WriteFile(ctx, path, r)
+}
+
+// WriteBytes writes a whole file.
+func (f *Files) WriteBytes(ctx context.Context, path string, b []byte) error {
+	return f.Write(ctx, path, bytes.NewReader(b))
+}
+
+// List lists a directory, descending depth levels (1 = its entries only).
+func (f *Files) List(ctx context.Context, path string, depth int) ([]EntryInfo, error) {
+	rpc, err := f.rpc()
+	if err != nil {
+		return nil, err
+	}
+	if depth < 1 {
+		depth = 1
+	}
+	resp, err := rpc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: uint32(depth)}))
+	if err != nil {
+		return nil, mapConnectErr("list "+path, err)
+	}
+	out := make([]EntryInfo, 0, len(resp.Msg.GetEntries()))
+	for _, e := range resp.Msg.GetEntries() {
+		out = append(out, entryOf(e))
+	}
+	return out, nil
+}
+
+// Stat describes a path.
+func (f *Files) Stat(ctx context.Context, path string) (EntryInfo, error) {
+	rpc, err := f.rpc()
+	if err != nil {
+		return EntryInfo{}, err
+	}
+	resp, err := rpc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: path}))
+	if err != nil {
+		return EntryInfo{}, mapConnectErr("stat "+path, err)
+	}
+	return entryOf(resp.Msg.GetEntry()), nil
+}
+
+// Exists reports whether path exists.
+func (f *Files) Exists(ctx context.Context, path string) (bool, error) {
+	_, err := f.Stat(ctx, path)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// MakeDir creates a directory and its parents; false if it already existed.
+func (f *Files) MakeDir(ctx context.Context, path string) (bool, error) {
+	rpc, err := f.rpc()
+	if err != nil {
+		return false, err
+	}
+	_, err = rpc.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: path}))
+	if connect.CodeOf(err) == connect.CodeAlreadyExists {
+		return false, nil
+	}
+	if err != nil {
+		return false, mapConnectErr("mkdir "+path, err)
+	}
+	return true, nil
+}
+
+// Remove removes a file or a directory tree; a missing path is not an error.
+func (f *Files) Remove(ctx context.Context, path string) error {
+	rpc, err := f.rpc()
+	if err != nil {
+		return err
+	}
+	_, err = rpc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: path}))
+	return mapConnectErr("remove "+path, err)
+}
+
+// Rename moves a file or directory.
+func (f *Files) Rename(ctx context.Context, from, to string) (EntryInfo, error) {
+	rpc, err := f.rpc()
+	if err != nil {
+		return EntryInfo{}, err
+	}
+	resp, err := rpc.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: from, Destination: to}))
+	if err != nil {
+		return EntryInfo{}, mapConnectErr("rename "+from, err)
+	}
+	return entryOf(resp.Msg.GetEntry()), nil
+}
+
+// FileEvent is a change in a watched directory.
+type FileEvent struct {
+	Name string // relative to the watched directory
+	Type string // create, write, remove, rename, chmod
+}
+
+// Watch streams changes under dir to fn until ctx ends. It returns once the
+// watch is established; the returned function waits for it to end and gives
+// its error.
+func (f *Files) Watch(ctx context.Context, dir string, recursive bool, fn func(FileEvent)) (wait func() error, err error) {
+	if !f.s.variant.Capabilities().Watch {
+		return nil, fmt.Errorf("watch: %w (%s)", ErrNotSupported, f.s.variant.Name())
+	}
+	rpc, err := f.rpc()
+	if err != nil {
+		return nil, err
+	}
+	stream, err := rpc.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: dir, Recursive: recursive}))
+	if err != nil {
+		return nil, mapConnectErr("watch "+dir, err)
+	}
+	if !stream.Receive() || stream.Msg().GetStart() == nil {
+		err := stream.Err()
+		stream.Close()
+		if err == nil {
+			err = fmt.Errorf("%w: expected a start event", ErrUnavailable)
+		}
+		return nil, mapConnectErr("watch "+dir, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer stream.Close()
+		for stream.Receive() {
+			if ev := stream.Msg().GetFilesystem(); ev != nil {
+				t := ""
+				switch ev.GetType() {
+				case fspb.EventType_EVENT_TYPE_CREATE:
+					t = "create"
+				case fspb.EventType_EVENT_TYPE_WRITE:
+					t = "write"
+				case fspb.EventType_EVENT_TYPE_REMOVE:
+					t = "remove"
+				case fspb.EventType_EVENT_TYPE_RENAME:
+					t = "rename"
+				case fspb.EventType_EVENT_TYPE_CHMOD:
+					t = "chmod"
+				}
+				fn(FileEvent{Name: ev.GetName(), Type: t})
+			}
+		}
+		err := stream.Err()
+		if ctx.Err() != nil {
+			err = nil
+		}
+		done <- err
+	}()
+	return func() error { return <-done }, nil
+}

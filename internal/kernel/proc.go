@@ -1,0 +1,646 @@
+package kernel
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+)
+
+//go:embed kernel.py
+var kernelSource string
+
+// kernelModule is the file name the kernel is imported as, keyed by content so
+// a new build never runs a stale cached copy.
+var kernelModule = func() string {
+	h := sha256.Sum256([]byte(kernelSource))
+	return "csbx_kernel_" + hex.EncodeToString(h[:8])
+}()
+
+// pipeChunk bounds one read from an output pipe (and so one stdout/stderr event).
+const pipeChunk = 64 << 10
+
+// pipeSize asks Linux for bigger output pipes: fewer context switches when a
+// cell prints a lot. Best effort.
+const pipeSize = 1 << 20
+
+// markerWait bounds how long a frame waits for a pipe's sync marker when the
+// pipe shows no progress at all: markers are written before the frame, so
+// silence means the marker went elsewhere (hostile code) and waiting longer
+// would only hang the execution.
+const markerWait = 2 * time.Second
+
+// drainWait bounds how long output is collected after the kernel's event
+// channel closed: a child that escaped the process group may hold the pipes
+// open forever.
+const drainWait = time.Second
+
+type itemKind int
+
+const (
+	itemText itemKind = iota
+	itemFrame
+	itemDead
+)
+
+// item is one unit the pump delivers, in order, to the execution attached to
+// the kernel.
+type item struct {
+	kind   itemKind
+	stream int // 1 stdout, 2 stderr (itemText)
+	text   []byte
+	at     time.Time
+	frame  *wireFrame
+	dead   *death
+}
+
+// death describes why a kernel process is gone.
+type death struct {
+	reason string // human readable: exit status, signal, protocol error
+}
+
+// pipeItem is what a pipe reader hands to the pump.
+type pipeItem struct {
+	text []byte
+	mark uint64
+	isMk bool
+	at   time.Time
+}
+
+// frameItem is what the frame reader hands to the pump.
+type frameItem struct {
+	f    *wireFrame
+	note string // a frame was dropped (too big); tell the user
+	err  error  // terminal: EOF or protocol error
+}
+
+// sink receives the items for one execution.
+type sink struct {
+	ch   chan item
+	gone chan struct{}
+}
+
+// kproc is one running kernel process and the goroutines reading it.
+type kproc struct {
+	cmd   *exec.Cmd
+	pid   int
+	cmdW  *os.File
+	outR  *os.File
+	errR  *os.File
+	evtR  *os.File
+	token []byte
+	count int // executions run in this process
+
+	writeMu sync.Mutex // serialises command writes
+
+	sinkMu sync.Mutex
+	sink   *sink
+	dead   *death // set before done is closed
+
+	exited  chan struct{} // closed after Wait returned
+	waitErr error
+	done    chan struct{} // closed when the pump has finished (process reaped)
+	killed  chan struct{} // closed by kill(): the pump reports "killed" not "protocol"
+	killOne sync.Once
+}
+
+// resolvePython finds the interpreter: an explicit path, a bare name looked up
+// in the PATH of env, or python3 from that PATH falling back to /usr/bin/python3.
+func resolvePython(python string, env []string) (string, error) {
+	name := python
+	if name == "" {
+		name = "python3"
+	}
+	if strings.Contains(name, "/") {
+		if err := checkExecutable(name); err != nil {
+			return "", fmt.Errorf("%w: %s: %v", ErrPythonNotFound, name, err)
+		}
+		return name, nil
+	}
+	path := os.Getenv("PATH")
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	var tried []string
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	if python == "" {
+		const fallback = "/usr/bin/python3"
+		if checkExecutable(fallback) == nil {
+			return fallback, nil
+		}
+		tried = append(tried, fallback)
+	}
+	return "", fmt.Errorf("%w: %q is not in PATH (tried %s)", ErrPythonNotFound, name, strings.Join(tried, ", "))
+}
+
+func checkExecutable(p string) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return fmt.Errorf("not an executable file")
+	}
+	return nil
+}
+
+var scriptOnce sync.Map // dir -> error
+
+// kernelArgs returns the interpreter arguments. The kernel is written once to
+// a cache directory and imported from there so Python caches its bytecode
+// (compiling the source on every start costs more than the rest of startup);
+// when no directory is writable it is passed with -c instead.
+func kernelArgs(dir string) []string {
+	if dir == "" {
+		if d, err := os.UserCacheDir(); err == nil {
+			dir = filepath.Join(d, "code-sandboxes", "kernel")
+		}
+	}
+	if dir != "" && !strings.ContainsAny(dir, "'\\\n") {
+		v, _ := scriptOnce.LoadOrStore(dir, sync.OnceValue(func() error {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+			p := filepath.Join(dir, kernelModule+".py")
+			if b, err := os.ReadFile(p); err == nil && string(b) == kernelSource {
+				return nil
+			}
+			tmp, err := os.CreateTemp(dir, ".kernel-*")
+			if err != nil {
+				return err
+			}
+			_, err = tmp.WriteString(kernelSource)
+			if cerr := tmp.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				err = os.Chmod(tmp.Name(), 0o644)
+			}
+			if err == nil {
+				err = os.Rename(tmp.Name(), p)
+			}
+			if err != nil {
+				os.Remove(tmp.Name())
+			}
+			return err
+		}))
+		if v.(func() error)() == nil {
+			return []string{"-c", fmt.Sprintf(
+				"import sys;sys.path.insert(0,'%s');import %s as k;del sys.path[0];k._main()", dir, kernelModule)}
+		}
+	}
+	return []string{"-c", kernelSource + "\n_main()\n"}
+}
+
+// startKernel starts a kernel process and the goroutines that read it.
+func startKernel(o *Options) (*kproc, error) {
+	python, err := resolvePython(o.Python, o.env())
+	if err != nil {
+		return nil, err
+	}
+	if o.Cwd != "" {
+		if st, err := os.Stat(o.Cwd); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("kernel: working directory %q is not a directory: %v", o.Cwd, err)
+		}
+	}
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	token := []byte(hex.EncodeToString(tok))
+
+	var files []*os.File
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			files = append(files, r, w)
+		}
+		return
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	cmdR, cmdW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	evtR, evtW, err := pipe()
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	for _, f := range []*os.File{outW, errW, evtW} {
+		setPipeSize(f)
+	}
+	attr := &syscall.SysProcAttr{}
+	if o.SysProcAttr != nil {
+		a := *o.SysProcAttr
+		attr = &a
+	}
+	// Own process group: Interrupt and kill reach the kernel's children too.
+	attr.Setpgid = true
+	attr.Pgid = 0
+	setDeathSignal(attr)
+	cmd := &exec.Cmd{
+		Path:        python,
+		Args:        append([]string{python}, kernelArgs(o.ScriptDir)...),
+		Env:         o.env(),
+		Dir:         o.Cwd,
+		Stdout:      outW,
+		Stderr:      errW,
+		ExtraFiles:  []*os.File{cmdR, evtW}, // fd 3, fd 4
+		SysProcAttr: attr,
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("%w: %s: %v", ErrPythonNotFound, python, err)
+		}
+		return nil, fmt.Errorf("kernel: starting %s: %w", python, err)
+	}
+	outW.Close()
+	errW.Close()
+	cmdR.Close()
+	evtW.Close()
+	k := &kproc{
+		cmd: cmd, pid: cmd.Process.Pid, cmdW: cmdW, outR: outR, errR: errR, evtR: evtR, token: token,
+		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
+	}
+	// The hello frame fits in the pipe buffer: no need to wait for Python.
+	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent()))))
+	go func() {
+		k.waitErr = cmd.Wait()
+		close(k.exited)
+	}()
+	outCh := make(chan pipeItem, 8)
+	errCh := make(chan pipeItem, 8)
+	frCh := make(chan frameItem, 2)
+	go readPipe(outR, token, outCh)
+	go readPipe(errR, token, errCh)
+	go readFrames(evtR, o.maxEvent()+frameSlack, frCh)
+	go k.pump(outCh, errCh, frCh)
+	return k, nil
+}
+
+// frameSlack is room for JSON structure around an event of maxEvent bytes.
+const frameSlack = 1 << 20
+
+// write sends one command frame; errors mean the kernel is gone, which the
+// pump reports on its own.
+func (k *kproc) write(b []byte) {
+	k.writeMu.Lock()
+	defer k.writeMu.Unlock()
+	k.cmdW.Write(b)
+}
+
+// signal sends sig to the kernel's whole process group.
+func (k *kproc) signal(sig syscall.Signal) error {
+	return syscall.Kill(-k.pid, sig)
+}
+
+// kill ends the kernel and every process in its group.
+func (k *kproc) kill() {
+	k.killOne.Do(func() { close(k.killed) })
+	k.signal(syscall.SIGKILL)
+}
+
+func (k *kproc) attach() *sink {
+	s := &sink{ch: make(chan item, 16), gone: make(chan struct{})}
+	k.sinkMu.Lock()
+	k.sink = s
+	k.sinkMu.Unlock()
+	return s
+}
+
+func (k *kproc) detach(s *sink) {
+	k.sinkMu.Lock()
+	if k.sink == s {
+		k.sink = nil
+	}
+	k.sinkMu.Unlock()
+	close(s.gone)
+}
+
+// deliver hands an item to the attached execution; without one (between
+// executions) output is discarded so background writers never block.
+func (k *kproc) deliver(it item) {
+	k.sinkMu.Lock()
+	s := k.sink
+	k.sinkMu.Unlock()
+	if s == nil {
+		return
+	}
+	select {
+	case s.ch <- it:
+	case <-s.gone:
+	}
+}
+
+// readPipe reads one output pipe, splitting off sync markers and never
+// splitting a UTF-8 sequence across two chunks.
+func readPipe(f *os.File, token []byte, out chan<- pipeItem) {
+	defer close(out)
+	sc := newMarkerScanner(token)
+	buf := make([]byte, pipeChunk)
+	var carry []byte // incomplete UTF-8 sequence, at most 3 bytes
+	var batch []byte // text of this read, handed over as one chunk
+	now := time.Now()
+	text := func(p []byte) {
+		batch = append(batch, p...)
+	}
+	flushText := func(final bool) {
+		if len(carry) > 0 {
+			batch = append(carry, batch...)
+			carry = nil
+		}
+		if !final {
+			if i := incompleteUTF8(batch); i > 0 {
+				carry = append([]byte(nil), batch[len(batch)-i:]...)
+				batch = batch[:len(batch)-i]
+			}
+		}
+		if len(batch) > 0 {
+			out <- pipeItem{text: batch, at: now}
+			batch = nil
+		}
+	}
+	mark := func(n uint64) {
+		flushText(false)
+		out <- pipeItem{mark: n, isMk: true}
+	}
+	for {
+		n, err := f.Read(buf)
+		now = time.Now()
+		if n > 0 {
+			sc.feed(buf[:n], text, mark)
+			flushText(false)
+		}
+		if err != nil {
+			sc.flush(text)
+			flushText(true)
+			return
+		}
+	}
+}
+
+// incompleteUTF8 returns how many trailing bytes of b start a UTF-8 sequence
+// that is not complete yet (0 if none).
+func incompleteUTF8(b []byte) int {
+	for i := 1; i <= 3 && i <= len(b); i++ {
+		c := b[len(b)-i]
+		if c < 0x80 {
+			return 0
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return i
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
+// readFrames reads the kernel's event channel until EOF or a protocol error.
+func readFrames(f *os.File, max int, out chan<- frameItem) {
+	defer close(out)
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		p, skipped, err := readFrame(r, max)
+		if err != nil {
+			out <- frameItem{err: err}
+			return
+		}
+		if skipped > 0 {
+			out <- frameItem{note: fmt.Sprintf(
+				"[kernel event dropped: %d bytes is over the limit of %d bytes per event]\n", skipped, max-frameSlack)}
+			continue
+		}
+		fr, err := decodeFrame(p)
+		if err != nil {
+			out <- frameItem{err: err}
+			return
+		}
+		out <- frameItem{f: fr}
+	}
+}
+
+// pump merges the two output pipes and the event channel into one ordered
+// stream (see kernel.py for the marker scheme), then reports the kernel's
+// death. It is the only goroutine that decides order, so ordering needs no
+// locks; every channel it reads is bounded, so memory is too.
+func (k *kproc) pump(outCh, errCh <-chan pipeItem, frCh <-chan frameItem) {
+	pipes := [2]<-chan pipeItem{outCh, errCh}
+	var epoch [2]uint64 // last marker seen per pipe
+	var eof [2]bool
+	var processed uint64
+	var pending *wireFrame
+	var reason string
+	protocolErr := false
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	waiting := false
+
+	satisfied := func(i int) bool {
+		return eof[i] || pending.M&(1<<i) == 0 || epoch[i] >= pending.E
+	}
+loop:
+	for {
+		if pending != nil && satisfied(0) && satisfied(1) {
+			if pending.E > processed {
+				processed = pending.E
+			}
+			if pending.T != "sync" {
+				k.deliver(item{kind: itemFrame, frame: pending, at: time.Now()})
+			}
+			pending = nil
+			if waiting {
+				idle.Stop()
+				waiting = false
+			}
+			continue
+		}
+		limit := processed + 1
+		if pending != nil {
+			limit = pending.E
+			if !waiting {
+				idle.Reset(markerWait)
+				waiting = true
+			}
+		}
+		var pc [2]<-chan pipeItem
+		for i := range pipes {
+			if !eof[i] && epoch[i] < limit {
+				pc[i] = pipes[i]
+			}
+		}
+		var fc <-chan frameItem
+		if pending == nil {
+			fc = frCh
+		}
+		select {
+		case it, ok := <-pc[0]:
+			k.onPipe(0, it, ok, &epoch, &eof)
+			if waiting {
+				idle.Reset(markerWait)
+			}
+		case it, ok := <-pc[1]:
+			k.onPipe(1, it, ok, &epoch, &eof)
+			if waiting {
+				idle.Reset(markerWait)
+			}
+		case fi, ok := <-fc:
+			switch {
+			case !ok:
+				reason = "the kernel's event channel closed"
+				break loop
+			case fi.err != nil:
+				if errors.Is(fi.err, io.EOF) {
+					reason = "the kernel's event channel closed"
+				} else {
+					reason = fi.err.Error()
+					protocolErr = true
+				}
+				break loop
+			case fi.note != "":
+				k.deliver(item{kind: itemText, stream: 2, text: []byte(fi.note), at: time.Now()})
+			default:
+				pending = fi.f
+			}
+		case <-idle.C:
+			// The marker never came: stop waiting for it (see markerWait).
+			waiting = false
+			for i := range epoch {
+				if !satisfied(i) {
+					epoch[i] = pending.E
+				}
+			}
+		}
+	}
+	idle.Stop()
+
+	// The event channel is gone: the kernel exited, or broke the protocol and
+	// must be killed. Either way its process group goes too (no orphans), and
+	// the output it wrote before is still delivered.
+	select {
+	case <-k.exited:
+	default:
+		if protocolErr {
+			k.kill()
+		}
+	}
+	k.signal(syscall.SIGKILL) // orphans in the group; harmless if none
+	deadline := time.NewTimer(drainWait)
+	for !eof[0] || !eof[1] {
+		select {
+		case it, ok := <-pipes[0]:
+			k.onPipeDrain(0, it, ok, &eof)
+		case it, ok := <-pipes[1]:
+			k.onPipeDrain(1, it, ok, &eof)
+		case <-deadline.C:
+			// Someone outside the group holds the pipes: stop reading.
+			k.outR.Close()
+			k.errR.Close()
+			for i, p := range pipes {
+				for range p {
+				}
+				eof[i] = true
+			}
+		}
+	}
+	deadline.Stop()
+	<-k.exited
+	k.outR.Close()
+	k.errR.Close()
+	k.evtR.Close()
+	k.cmdW.Close()
+	d := &death{reason: describeExit(k.waitErr, reason, protocolErr)}
+	k.sinkMu.Lock()
+	k.dead = d
+	k.sinkMu.Unlock()
+	k.deliver(item{kind: itemDead, dead: d})
+	close(k.done)
+}
+
+func (k *kproc) onPipe(i int, it pipeItem, ok bool, epoch *[2]uint64, eof *[2]bool) {
+	switch {
+	case !ok:
+		eof[i] = true
+	case it.isMk:
+		if it.mark > epoch[i] {
+			epoch[i] = it.mark
+		}
+	default:
+		k.deliver(item{kind: itemText, stream: i + 1, text: it.text, at: it.at})
+	}
+}
+
+func (k *kproc) onPipeDrain(i int, it pipeItem, ok bool, eof *[2]bool) {
+	if !ok {
+		eof[i] = true
+	} else if !it.isMk {
+		k.deliver(item{kind: itemText, stream: i + 1, text: it.text, at: it.at})
+	}
+}
+
+// describeExit says how the kernel ended, for the KernelDied error event.
+func describeExit(waitErr error, reason string, protocolErr bool) string {
+	var how string
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			sig := ws.Signal()
+			how = fmt.Sprintf("the kernel process was killed by signal %d (%s)", int(sig), sig)
+			switch sig {
+			case syscall.SIGKILL:
+				how += "; it was killed from outside or ran out of memory"
+			case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGABRT:
+				how += "; the interpreter or a native extension crashed"
+			}
+		} else {
+			how = fmt.Sprintf("the kernel process exited with status %d", ee.ExitCode())
+		}
+	} else if waitErr == nil {
+		how = "the kernel process exited with status 0"
+	} else {
+		how = "the kernel process ended: " + waitErr.Error()
+	}
+	if protocolErr {
+		return fmt.Sprintf("%s (%s; it was killed)", how, reason)
+	}
+	return how
+}
