@@ -160,12 +160,13 @@ func newCgroup(id string, l limits) (*cgroup, error) {
 // newCgroupV1 creates <own cgroup>/code-sandboxes/<id> in the memory, cpu and
 // pids hierarchies. Nesting under our own cgroup (rather than the hierarchy
 // root) keeps the sandbox inside whatever limits apply to its creator.
-func newCgroupV1(id string, l limits, own map[string]string) (cg *cgroup, err error) {
-	cg = &cgroup{ctrl: map[string]string{}}
+func newCgroupV1(id string, l limits, own map[string]string) (_ *cgroup, err error) {
+	// cg is not the named result: "return nil, err" must not hide it from
+	// the deferred cleanup.
+	cg := &cgroup{ctrl: map[string]string{}}
 	defer func() {
 		if err != nil {
 			cg.remove()
-			cg = nil
 		}
 	}()
 	want := map[string]bool{"memory": l.memory > 0, "cpu": l.cpus > 0, "pids": l.pids > 0}
@@ -231,7 +232,7 @@ const cgroupV2InitLeaf = "code-sandboxes-creator"
 // it contains processes ("no internal processes"). If we are the only process
 // in it we move ourselves into a leaf child, as podman/crun do; as root we
 // fall back to the hierarchy root.
-func newCgroupV2(id string, l limits, own, root string) (cg *cgroup, err error) {
+func newCgroupV2(id string, l limits, own, root string) (_ *cgroup, err error) {
 	var need []string
 	if l.memory > 0 {
 		need = append(need, "memory")
@@ -265,11 +266,10 @@ func newCgroupV2(id string, l limits, own, root string) (cg *cgroup, err error) 
 		}
 		return nil, fmt.Errorf("cgroup v2: %w", err)
 	}
-	cg = &cgroup{v2: true, dirs: []string{dir}, ctrl: map[string]string{"memory": dir, "cpu": dir, "pids": dir}}
+	cg := &cgroup{v2: true, dirs: []string{dir}, ctrl: map[string]string{"memory": dir, "cpu": dir, "pids": dir}}
 	defer func() {
 		if err != nil {
 			cg.remove()
-			cg = nil
 		}
 	}()
 	if l.memory > 0 {

@@ -140,7 +140,7 @@ type ExitInfo struct {
 func (e ExitInfo) String() string {
 	s := fmt.Sprintf("exit code %d", e.ExitCode)
 	if e.Signal != 0 {
-		s = "killed by " + e.Signal.String()
+		s = fmt.Sprintf("killed by signal %d (%v)", int(e.Signal), e.Signal)
 	}
 	if e.OOMKilled {
 		s += " (out of memory)"

@@ -113,8 +113,9 @@ type kproc struct {
 	exited  chan struct{} // closed after Wait returned
 	waitErr error
 	done    chan struct{} // closed when the pump has finished (process reaped)
-	killed  chan struct{} // closed by kill(): the pump reports "killed" not "protocol"
+	killed  chan struct{} // closed by kill()
 	killOne sync.Once
+	killWhy string // set by the first kill(): why we killed it
 }
 
 // resolvePython finds the interpreter: an explicit path, a bare name looked up
@@ -332,9 +333,13 @@ func (k *kproc) signal(sig syscall.Signal) error {
 	return syscall.Kill(-k.pid, sig)
 }
 
-// kill ends the kernel and every process in its group.
-func (k *kproc) kill() {
-	k.killOne.Do(func() { close(k.killed) })
+// kill ends the kernel and every process in its group; why (if not empty)
+// replaces the exit status in the death report.
+func (k *kproc) kill(why string) {
+	k.killOne.Do(func() {
+		k.killWhy = why
+		close(k.killed)
+	})
 	k.signal(syscall.SIGKILL)
 }
 
@@ -560,7 +565,7 @@ loop:
 	case <-k.exited:
 	default:
 		if protocolErr {
-			k.kill()
+			k.kill("")
 		}
 	}
 	k.signal(syscall.SIGKILL) // orphans in the group; harmless if none
@@ -589,6 +594,13 @@ loop:
 	k.evtR.Close()
 	k.cmdW.Close()
 	d := &death{reason: describeExit(k.waitErr, reason, protocolErr)}
+	select {
+	case <-k.killed:
+		if k.killWhy != "" {
+			d.reason = k.killWhy
+		}
+	default:
+	}
 	k.sinkMu.Lock()
 	k.dead = d
 	k.sinkMu.Unlock()

@@ -102,13 +102,11 @@ func runShim() int {
 		return fail(err)
 	}
 	defer logf.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		return fail(err)
-	}
 	r := spec.Record
 	proc, err := isolate.Start(context.Background(), isolate.Spec{
-		Path:          exe,
+		// /proc/self/exe still works when the binary was deleted after we
+		// started (go run removes its temporary build).
+		Path:          "/proc/self/exe",
 		Args:          []string{"code-sandboxes-agent"},
 		Env:           []string{roleEnv + "=" + roleAgent},
 		ExtraFiles:    []*os.File{lnFile, cfgR},

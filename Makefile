@@ -1,0 +1,42 @@
+# code-sandboxes — see README.md.
+GO      ?= go
+BIN     := bin/code-sandboxes
+LDFLAGS := -s -w -X main.version=$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+export CGO_ENABLED := 0
+
+.PHONY: all build deps test test-short vet lint bench run generate clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/code-sandboxes
+
+deps:
+	./scripts/install-deps.sh
+
+# The README's test command.
+test: deps vet
+	$(GO) test -count=1 -timeout 20m ./...
+
+test-short: vet
+	$(GO) test -short -count=1 ./...
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+lint: vet
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./...
+
+# The README's main job: a sandbox on the embedded default local variant.
+run: deps
+	$(GO) run ./cmd/code-sandboxes exec 'import sys; print(sys.version)'
+
+bench: deps build
+	./bench/run.sh
+
+generate:
+	./tools/generate.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the sandboxes and the tests need from Debian's packages, when
+# missing: the python3 that sandboxes run (with numpy, pandas, matplotlib),
+# ipykernel + jupyter_client for the benchmark's Jupyter baseline, bubblewrap
+# for the isolation baseline. Idempotent; quiet when all is there.
+set -euo pipefail
+pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client bubblewrap)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "missing Debian packages: ${missing[*]} — install them as root (apt-get install ${missing[*]})" >&2; exit 1
+  fi
+fi
+echo "installing: ${missing[*]}" >&2
+${SUDO:-} apt-get update -qq
+DEBIAN_FRONTEND=noninteractive ${SUDO:-} apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
