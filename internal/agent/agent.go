@@ -42,6 +42,8 @@ type Config struct {
 	// Routes lets the caller mount more handlers (the envd services) behind
 	// the same auth middleware.
 	Routes map[string]http.Handler
+	// OnClose runs when the agent shuts down (ends envd's processes).
+	OnClose func()
 }
 
 // Server is one agent.
@@ -111,6 +113,9 @@ func (s *Server) Handler() http.Handler { return s.auth(s.mux) }
 // Close kills every kernel.
 func (s *Server) Close() {
 	s.contexts.closeAll()
+	if s.cfg.OnClose != nil {
+		s.cfg.OnClose()
+	}
 	s.mu.Lock()
 	if s.timer != nil {
 		s.timer.Stop()

@@ -58,6 +58,8 @@ type proc struct {
 	stdin *os.File   // write end of the stdin pipe; nil if none or closed
 	pty   *os.File   // PTY master; nil for pipe processes
 
+	readEnds []*os.File // parent's ends of the output (pipes or PTY master)
+
 	bcast sync.Mutex // held while one chunk is delivered to all subscribers
 	mu    sync.Mutex
 	subs  map[*subscriber]struct{}

@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/envd"
+)
+
+// EnvdOptions configure the envd-compatible services of the agent.
+type EnvdOptions struct {
+	DefaultUser string // "user"
+	Home        string // the default user's home, /home/user
+	Workdir     string
+	Env         map[string]string
+}
+
+// sandboxUser answers for the sandbox contract's single user when the agent
+// itself runs as that user (local variant): the host's /etc/passwd, which the
+// sandbox sees read-only, knows nothing of uid 1000 being "user".
+func sandboxUser(o EnvdOptions) func(string) (envd.User, error) {
+	return func(name string) (envd.User, error) {
+		if os.Geteuid() == 0 {
+			return envd.LookupUser(name)
+		}
+		if name == "" || name == o.DefaultUser {
+			return envd.User{Name: o.DefaultUser, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Home: o.Home}, nil
+		}
+		return envd.User{}, fmt.Errorf("%w: %q: this sandbox has only the user %q", envd.ErrUserNotAllowed, name, o.DefaultUser)
+	}
+}
+
+// EnvdRoutes returns the envd handlers (process and filesystem services and
+// /files) to mount on the agent, keyed by ServeMux pattern, and a function
+// that ends every process and watch they started.
+func EnvdRoutes(o EnvdOptions) (map[string]http.Handler, func()) {
+	if o.DefaultUser == "" {
+		o.DefaultUser = "user"
+	}
+	if o.Home == "" {
+		o.Home = "/home/user"
+	}
+	env := o.Env
+	opts := envd.Options{
+		DefaultUser:    o.DefaultUser,
+		LookupUser:     sandboxUser(o),
+		Env:            func() map[string]string { return env },
+		DefaultWorkdir: o.Workdir,
+	}
+	routes := map[string]http.Handler{}
+	procs := envd.NewProcessService(opts)
+	p, h := procs.Handler()
+	routes[p] = h
+	fs := envd.NewFilesystemService(opts)
+	p, h = fs.Handler()
+	routes[p] = h
+	files := envd.NewFilesHandler(opts)
+	routes["GET /files"] = files
+	routes["POST /files"] = files
+	return routes, func() { procs.Close(); fs.Close() }
+}

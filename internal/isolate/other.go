@@ -1,0 +1,25 @@
+//go:build !linux
+
+package isolate
+
+import (
+	"context"
+	"errors"
+)
+
+var errUnsupported = errors.New("isolate: sandboxes need Linux (namespaces, cgroups, seccomp)")
+
+// Process is a started sandbox (Linux only).
+type Process struct {
+	Pid int
+	ID  string
+}
+
+func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported }
+func CheckSupport() error                           { return errUnsupported }
+func IsChild() bool                                 { return false }
+func Child() error                                  { return errUnsupported }
+func (p *Process) Wait() (ExitInfo, error)          { return ExitInfo{}, errUnsupported }
+func (p *Process) Kill() error                      { return errUnsupported }
+func (p *Process) Cleanup() error                   { return nil }
+func (p *Process) CgroupDirs() []string             { return nil }

@@ -1,0 +1,104 @@
+package isolate
+
+// Types and constants shared by all platforms; the implementation is
+// Linux-only (isolate.go), other platforms get stubs (other.go).
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// In-sandbox identity (DESIGN.md §4).
+const (
+	SandboxUID = 1000
+	SandboxGID = 100
+)
+
+// When the caller is root the sandbox user is mapped to these host ids. They
+// follow the rootless convention "host = 100000 + container id" (the start of
+// the usual /etc/subuid range), so they are never host root and never a real
+// login user, and files they leave behind are recognisable. The id is fixed
+// rather than per-sandbox: sandboxes already cannot see each other (separate
+// pid/mount namespaces, no shared writable directory), and a fixed id keeps
+// host-side ownership predictable.
+const (
+	RootModeHostUID = 100000 + SandboxUID
+	RootModeHostGID = 100000 + SandboxGID
+)
+
+// Defaults for the size-limited tmpfs mounts.
+const (
+	DefaultHomeSize  = 1 << 30   // /home/user
+	DefaultFilesSize = 1 << 30   // /files
+	DefaultTmpSize   = 512 << 20 // /tmp
+	// DefaultNoFile is RLIMIT_NOFILE (soft and hard) inside the sandbox.
+	DefaultNoFile = 4096
+)
+
+// Network modes.
+const (
+	NetworkNone = "none" // new empty net namespace, only loopback (up)
+	NetworkAll  = "all"  // the host's net namespace
+)
+
+// Spec describes the sandbox to start.
+type Spec struct {
+	// Path is the binary to execute as the sandbox's init; "" means
+	// /proc/self/exe. It must call IsChild/Child first thing in main.
+	Path string
+	// Args is argv (Args[0] included); nil means {Path}.
+	Args []string
+	// Env is the child's environment (nil = empty). The package adds one
+	// variable of its own, which Child removes again.
+	Env []string
+	// ExtraFiles are passed as fds 3, 4, ... (like exec.Cmd.ExtraFiles).
+	ExtraFiles []*os.File
+	// Stdout and Stderr receive the init's output (nil = /dev/null). Pass an
+	// *os.File when the sandbox must outlive the caller: any other writer is
+	// fed by a goroutine of the calling process.
+	Stdout, Stderr io.Writer
+
+	Hostname string // default "sandbox"
+	Network  string // NetworkNone (default) or NetworkAll
+	// Rootfs is not implemented yet: only "" (the host's system directories)
+	// is accepted.
+	Rootfs string
+
+	// Resource limits; 0 = unlimited. Enforced through cgroups v1 or v2.
+	// If a limit is set but cannot be enforced, Start fails.
+	MemoryBytes int64   // memory (and memory+swap, where the kernel accounts swap)
+	CPUs        float64 // CFS quota, in CPUs (0.5 = half a CPU)
+	Pids        int64   // max tasks (threads included) in the sandbox
+
+	// Sizes of the tmpfs mounts; 0 = default.
+	HomeSizeBytes  int64 // /home/user
+	FilesSizeBytes int64 // /files
+	TmpSizeBytes   int64 // /tmp
+}
+
+// ExitInfo describes how the sandbox's init ended.
+type ExitInfo struct {
+	ExitCode int            // -1 if killed by a signal
+	Signal   syscall.Signal // non-zero if killed by a signal
+	// OOMKilled: the sandbox's memory cgroup recorded at least one OOM kill
+	// (of the init or of any other process in the sandbox).
+	OOMKilled bool
+	// PidsLimitHit: a fork/clone in the sandbox failed on the pids limit.
+	PidsLimitHit bool
+}
+
+func (e ExitInfo) String() string {
+	s := fmt.Sprintf("exit code %d", e.ExitCode)
+	if e.Signal != 0 {
+		s = fmt.Sprintf("killed by signal %d (%v)", int(e.Signal), e.Signal)
+	}
+	if e.OOMKilled {
+		s += " (out of memory)"
+	}
+	if e.PidsLimitHit {
+		s += " (pids limit hit)"
+	}
+	return s
+}
