@@ -42,34 +42,31 @@ func encodeCommand(fields ...[]byte) []byte {
 	return b
 }
 
-// readFrame reads one kernel → Go frame. A frame longer than max is skipped
-// (its bytes are discarded while streaming, never buffered) and reported via
-// skipped; framing stays in sync because the length is known. A bad magic is
-// an errProtocol error: after that nothing in the stream can be trusted.
-func readFrame(r io.Reader, max int) (payload []byte, skipped int64, err error) {
+// readFrame reads one kernel → Go frame of at most max payload bytes. The
+// kernel never sends more (it checks before sending), so a bigger length, like
+// a bad magic, means the stream is corrupt or forged: an errProtocol error,
+// after which nothing in the stream can be trusted. Skipping the bytes instead
+// would let a forged 4 GiB length swallow every later frame.
+func readFrame(r io.Reader, max int) ([]byte, error) {
 	var hdr [frameHeaderLen]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, 0, fmt.Errorf("%w: event channel closed in the middle of a frame header", errProtocol)
+			return nil, fmt.Errorf("%w: event channel closed in the middle of a frame header", errProtocol)
 		}
-		return nil, 0, err // io.EOF: clean end
+		return nil, err // io.EOF: clean end
 	}
 	if hdr[0] != frameMagic[0] || hdr[1] != frameMagic[1] {
-		return nil, 0, fmt.Errorf("%w: bad frame magic %q on the event channel", errProtocol, hdr[:2])
+		return nil, fmt.Errorf("%w: bad frame magic %q on the event channel", errProtocol, hdr[:2])
 	}
 	n := int64(binary.BigEndian.Uint32(hdr[2:]))
 	if n > int64(max) {
-		m, err := io.CopyN(io.Discard, r, n)
-		if err != nil {
-			return nil, m, fmt.Errorf("%w: event channel closed inside a %d-byte frame", errProtocol, n)
-		}
-		return nil, n, nil
+		return nil, fmt.Errorf("%w: %d-byte frame is over the limit of %d", errProtocol, n, max)
 	}
-	payload = make([]byte, n)
+	payload := make([]byte, n)
 	if _, err := io.ReadFull(r, payload); err != nil {
-		return nil, 0, fmt.Errorf("%w: event channel closed inside a %d-byte frame", errProtocol, n)
+		return nil, fmt.Errorf("%w: event channel closed inside a %d-byte frame", errProtocol, n)
 	}
-	return payload, 0, nil
+	return payload, nil
 }
 
 // wireFrame is the union of all kernel → Go event payloads.

@@ -41,6 +41,7 @@ _CO_COROUTINE = 0x80
 class _State:
     token = b""
     max_event = 32 << 20
+    max_frame = 33 << 20
     epoch = 0
     last = None  # stream of the last Python-level write since the last frame
     busy = False  # a command from Go is running: SIGINT raises
@@ -77,6 +78,10 @@ def _read_exact(fd, n):
         chunks.append(b)
         n -= len(b)
     return b"".join(chunks)
+
+
+class _TooBig(ValueError):
+    """An event frame would exceed the size Go accepts."""
 
 
 class _Raw(str):
@@ -122,6 +127,8 @@ def _send(obj):
     """Send one event frame. Safe against SIGINT: an interrupt arriving in
     the middle is deferred so a frame is never cut in half."""
     body = _enc(obj)
+    if len(body) + 64 > _st.max_frame:
+        raise _TooBig(len(body))
     main = _thread.get_ident() == _MAIN_THREAD
     with _lock:
         if main:
@@ -344,7 +351,7 @@ def _publish(data, md, main):
         try:
             _send({"t": "display", "main": bool(main), "data": out, "md": md})
             return
-        except ValueError:
+        except _TooBig:
             pass
     _note(
         "[display output dropped: the %s payload is over the limit of %d bytes per event]"
@@ -603,7 +610,10 @@ def _cmd_get(fields):
     finally:
         _st.busy = False
         _st.pending = False
-    _send(reply)
+    try:
+        _send(reply)
+    except _TooBig:
+        _send({"t": "reply", "id": cid, "err": "unsendable: the encoded value is over the limit of %d bytes" % _st.max_event})
 
 
 def _cmd_set(fields):
@@ -657,6 +667,7 @@ def _main():
     hello = _read_cmd()
     _st.token = hello[1]
     _st.max_event = int(hello[2])
+    _st.max_frame = int(hello[3])
     # The user's namespace is a fresh __main__ module, not the kernel's globals.
     mod = type(sys)("__main__")
     mod.__dict__["__builtins__"] = builtins
@@ -680,3 +691,5 @@ def _main():
             h(fields)
         except KeyboardInterrupt:
             pass
+        except Exception as e:  # a kernel bug must not end the context
+            _note("[kernel] internal error: %s: %s" % (type(e).__name__, e))

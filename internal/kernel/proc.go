@@ -82,9 +82,8 @@ type pipeItem struct {
 
 // frameItem is what the frame reader hands to the pump.
 type frameItem struct {
-	f    *wireFrame
-	note string // a frame was dropped (too big); tell the user
-	err  error  // terminal: EOF or protocol error
+	f   *wireFrame
+	err error // terminal: EOF or protocol error
 }
 
 // sink receives the items for one execution.
@@ -302,7 +301,7 @@ func startKernel(o *Options) (*kproc, error) {
 		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
 	}
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
-	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent()))))
+	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack))))
 	go func() {
 		k.waitErr = cmd.Wait()
 		close(k.exited)
@@ -445,15 +444,10 @@ func readFrames(f *os.File, max int, out chan<- frameItem) {
 	defer close(out)
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
-		p, skipped, err := readFrame(r, max)
+		p, err := readFrame(r, max)
 		if err != nil {
 			out <- frameItem{err: err}
 			return
-		}
-		if skipped > 0 {
-			out <- frameItem{note: fmt.Sprintf(
-				"[kernel event dropped: %d bytes is over the limit of %d bytes per event]\n", skipped, max-frameSlack)}
-			continue
 		}
 		fr, err := decodeFrame(p)
 		if err != nil {
@@ -541,8 +535,6 @@ loop:
 					protocolErr = true
 				}
 				break loop
-			case fi.note != "":
-				k.deliver(item{kind: itemText, stream: 2, text: []byte(fi.note), at: time.Now()})
 			default:
 				pending = fi.f
 			}
@@ -561,12 +553,21 @@ loop:
 	// The event channel is gone: the kernel exited, or broke the protocol and
 	// must be killed. Either way its process group goes too (no orphans), and
 	// the output it wrote before is still delivered.
-	select {
-	case <-k.exited:
-	default:
-		if protocolErr {
-			k.kill("")
+	if !protocolErr {
+		// EOF: normally the kernel is exiting. If it is still alive shortly
+		// after, user code closed fd 4 and the kernel can't talk any more.
+		t := time.NewTimer(300 * time.Millisecond)
+		select {
+		case <-k.exited:
+		case <-k.killed:
+		case <-t.C:
+			protocolErr = true
+			reason = "the kernel closed its event channel (fd 4)"
 		}
+		t.Stop()
+	}
+	if protocolErr {
+		k.kill("")
 	}
 	k.signal(syscall.SIGKILL) // orphans in the group; harmless if none
 	deadline := time.NewTimer(drainWait)

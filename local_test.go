@@ -1,0 +1,232 @@
+package sandboxes_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+)
+
+func localConfig(t *testing.T) sandboxes.Config {
+	t.Helper()
+	return sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir(t)}}
+}
+
+var sharedRuntime string
+
+func runtimeDir(t *testing.T) string {
+	if sharedRuntime == "" {
+		d, err := os.MkdirTemp("", "cs-runtime-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sharedRuntime = d
+	}
+	return sharedRuntime
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedRuntime != "" {
+		// Everything must have cleaned up after itself.
+		ents, _ := os.ReadDir(sharedRuntime)
+		if len(ents) != 0 {
+			names := []string{}
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			println("sandboxes left behind in the runtime dir:", strings.Join(names, ", "))
+			code = 1
+		}
+		os.RemoveAll(sharedRuntime)
+	}
+	os.Exit(code)
+}
+
+func hasRich() bool {
+	return exec.Command("/usr/bin/python3", "-c", "import numpy, matplotlib, pandas").Run() == nil
+}
+
+func TestLocalConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sandboxestest.Require(t, hasRich(), "Debian's python3-numpy, python3-matplotlib and python3-pandas (make deps)")
+	sandboxestest.Run(t, localConfig(t), sandboxestest.Options{Rich: true})
+}
+
+func newLocal(t *testing.T, mod func(*sandboxes.Config)) *sandboxes.Sandbox {
+	t.Helper()
+	cfg := localConfig(t)
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := sandboxes.Create(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	return sb
+}
+
+func runOut(t *testing.T, sb *sandboxes.Sandbox, code string, opts ...sandboxes.RunOption) *sandboxes.Execution {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ex, err := sb.RunCode(ctx, code, opts...)
+	if err != nil {
+		t.Fatalf("RunCode: %v", err)
+	}
+	return ex
+}
+
+func TestLocalIsolation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	// A secret the sandbox must not see: in the caller's working tree, /root and /tmp.
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "secret.txt")
+	if err := os.WriteFile(secret, []byte("top secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cwd, _ := os.Getwd()
+	sb := newLocal(t, nil)
+	for _, p := range []string{secret, filepath.Join(cwd, "go.mod"), "/root", "/home", "/var/log", "/run/code-sandboxes"} {
+		ex := runOut(t, sb, "import os\nprint(os.path.exists("+pyStr(p)+"))")
+		if strings.TrimSpace(ex.Stdout()) != "False" {
+			t.Errorf("sandbox sees host path %s: %q", p, ex.Stdout())
+		}
+	}
+	for _, p := range []string{"/usr/evil", "/etc/evil", "/bin/evil"} {
+		ex := runOut(t, sb, "open("+pyStr(p)+", 'w')")
+		if ex.Error == nil {
+			t.Errorf("sandbox wrote %s", p)
+		}
+	}
+	ex := runOut(t, sb, `import socket
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect(("1.1.1.1", 53)); print("connected")
+except OSError as e:
+    print("blocked", e.errno)`)
+	if !strings.Contains(ex.Stdout(), "blocked") {
+		t.Errorf("network none reached out: %q", ex.Stdout())
+	}
+	// A TCP server on the host's loopback is unreachable under "none".
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	ex = runOut(t, sb, "import socket\ns = socket.socket(); s.settimeout(2)\ntry:\n    s.connect(('127.0.0.1', "+itoa(port)+")); print('connected')\nexcept OSError as e:\n    print('blocked')")
+	if !strings.Contains(ex.Stdout(), "blocked") {
+		t.Errorf("reached the host's loopback: %q", ex.Stdout())
+	}
+	ex = runOut(t, sb, `import os, ctypes
+print(open('/proc/self/status').read())`)
+	st := ex.Stdout()
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(st, want) {
+			t.Errorf("/proc/self/status lacks %q", want)
+		}
+	}
+	res, err := sb.Commands().Run(context.Background(), "unshare -U true; echo rc=$?; mount -t tmpfs x /tmp 2>&1; echo rc=$?; ps -e | wc -l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, "rc=0") {
+		t.Errorf("escalation worked: %q", res.Stdout)
+	}
+	ex = runOut(t, sb, "import os; os.kill(1, 9)")
+	if ex2 := runOut(t, sb, "1+1"); ex2.Text() != "2" {
+		t.Errorf("killing PID 1 from inside took the agent down: %v %v", ex.Error, ex2.Error)
+	}
+}
+
+func pyStr(s string) string { return "'" + strings.ReplaceAll(s, "'", "\\'") + "'" }
+func itoa(i int) string     { return strconv.Itoa(i) }
+
+func TestLocalLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Memory = 256 << 20; c.Pids = 64 })
+	ex := runOut(t, sb, "b = []\nwhile True: b.append(bytearray(50 << 20))")
+	if ex.Error == nil {
+		t.Fatal("memory bomb was not stopped")
+	}
+	if !strings.Contains(strings.ToLower(ex.Error.Value+ex.Error.Name), "memory") {
+		t.Errorf("memory bomb reported as %s: %s", ex.Error.Name, ex.Error.Value)
+	}
+	if ex := runOut(t, sb, "1 + 1"); ex.Text() != "2" {
+		t.Fatalf("sandbox unusable after the memory bomb: %v", ex.Error)
+	}
+	res, err := sb.Commands().Run(context.Background(), "for i in $(seq 200); do sleep 5 & done 2>&1 | tail -1; echo done", sandboxes.CommandTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Stdout+res.Stderr, "retry") && !strings.Contains(res.Stdout+res.Stderr, "Resource temporarily unavailable") {
+		t.Errorf("200 processes under a pids limit of 64 all started: %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+func TestLocalLifetime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sb := newLocal(t, func(c *sandboxes.Config) { c.MaxLifetime = 2 * time.Second })
+	time.Sleep(4 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := sandboxes.Get(context.Background(), localConfig(t), sb.ID()); errors.Is(err, sandboxes.ErrNotFound) {
+			if _, err := sb.RunCode(context.Background(), "1"); err == nil {
+				t.Fatal("expired sandbox still runs code")
+			}
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("sandbox outlived its lifetime")
+}
+
+func TestInvalidConfig(t *testing.T) {
+	ctx := context.Background()
+	for _, cfg := range []sandboxes.Config{
+		{Variant: "nope"},
+		{Memory: -1},
+		{Memory: 1000},
+		{CPU: -2},
+		{NetworkPolicy: "sometimes"},
+		{NetworkPolicy: "allowlist"},
+		{AllowedHosts: []string{"x.com"}},
+		{WorkingDir: "relative"},
+		{Tags: map[string]string{"bad key!": "v"}},
+		{Env: map[string]string{"A=B": "c"}},
+		{MaxLifetime: -time.Second},
+	} {
+		if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
+			t.Errorf("Create(%+v) = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	cfg := localConfig(t)
+	cfg.NetworkPolicy, cfg.AllowedHosts = "allowlist", []string{"pypi.org"}
+	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrNotSupported) {
+		t.Errorf("allowlist on local = %v, want ErrNotSupported with a reason", err)
+	}
+	if _, err := sandboxes.Kill(ctx, localConfig(t), "", sandboxes.ListOptions{}); !errors.Is(err, sandboxes.ErrInvalidInput) {
+		t.Errorf("Kill with no selector = %v", err)
+	}
+}
