@@ -381,7 +381,7 @@ func mkdirCgroup(parent, dir string) error {
 
 func writeFile(dir, name, val string) error {
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(val), 0); err != nil {
+	if err := os.WriteFile(p, []byte(val), 0o644); err != nil { // mode only matters for fake trees in tests
 		return fmt.Errorf("write %q to %s: %w", val, p, err)
 	}
 	return nil

@@ -252,7 +252,11 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	// Only now may the child proceed: everything it does from here on is
 	// accounted and limited by its cgroup.
 	if _, err := syncW.Write([]byte{'G'}); err != nil {
-		return fail(fmt.Errorf("isolate: sandbox init died before setup: %w", err))
+		// EPIPE: the init is already gone.
+		p.Kill()
+		info, _ := p.Wait()
+		p.Cleanup()
+		return nil, fmt.Errorf("isolate: sandbox init exited before setup (%v); does %s call isolate.Child?", info, spec.Path)
 	}
 	syncW.Close()
 

@@ -621,7 +621,14 @@ func TestStartCost(t *testing.T) {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid))
 			for line := range strings.Lines(string(b)) {
 				if strings.HasPrefix(line, "VmRSS") {
-					rss = strings.TrimSpace(line)
+					rss = strings.Join(strings.Fields(line), " ")
+				}
+			}
+			for _, d := range p.CgroupDirs() {
+				for _, f := range []string{"memory.usage_in_bytes", "memory.current"} {
+					if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+						rss += fmt.Sprintf("; cgroup %s %s KiB", f, strconv.Itoa(atoi(string(b))/1024))
+					}
 				}
 			}
 		}
@@ -657,4 +664,55 @@ func TestSeccompPolicyAssembles(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d BPF instructions", len(insts))
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }
+
+func TestConcurrentSandboxes(t *testing.T) {
+	const n = 4
+	type res struct {
+		info ExitInfo
+		err  error
+	}
+	ch := make(chan res, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			p, err := Start(context.Background(), Spec{Args: []string{"isolate.test"}, Env: []string{"ISOLATE_TEST_MODE=exit7"}})
+			if err != nil {
+				ch <- res{err: err}
+				return
+			}
+			info, err := p.Wait()
+			if cerr := p.Cleanup(); err == nil {
+				err = cerr
+			}
+			ch <- res{info, err}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if r := <-ch; r.err != nil || r.info.ExitCode != 7 {
+			t.Errorf("sandbox %d: %+v %v", i, r.info, r.err)
+		}
+	}
+}
+
+// Runs last (file order): no sandbox cgroup may be left behind.
+func TestZZNoLeftoverCgroups(t *testing.T) {
+	fsys, err := detectCgroups()
+	if err != nil {
+		t.Skip(err)
+	}
+	for ctl, dir := range fsys.v1 {
+		if ents, err := os.ReadDir(filepath.Join(dir, cgroupGroupName)); err == nil {
+			t.Errorf("%s: %s/%s still has %d entries", ctl, dir, cgroupGroupName, len(ents))
+		}
+	}
+	if fsys.v2 != "" {
+		ents, _ := os.ReadDir(fsys.v2)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "code-sandbox-") {
+				t.Errorf("left behind: %s", e.Name())
+			}
+		}
+	}
 }
