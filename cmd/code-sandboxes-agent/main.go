@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 )
@@ -66,8 +65,7 @@ func main() {
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	start := time.Now()
-	fmt.Fprintf(os.Stderr, "code-sandboxes-agent %s listening on %s (%s)\n", agent.Version, *listen, time.Since(start))
+	fmt.Fprintf(os.Stderr, "code-sandboxes-agent %s listening on %s\n", agent.Version, *listen)
 	if err := srv.Serve(ctx, ln); err != nil {
 		fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"sync"
 	"time"
 
@@ -56,10 +57,16 @@ func stripQuotes(s string) string {
 
 // resultLine maps a MIME bundle to E2B's result line. Values the kernel
 // produced as JSON objects stay objects; everything else is a string.
-func resultLine(data map[string]json.RawMessage, main bool) map[string]any {
-	line := map[string]any{"type": "result", "is_main_result": main}
+func resultLine(data map[string]json.RawMessage, main bool) ordered {
+	line := ordered{{"type", "result"}}
 	extra := map[string]any{}
-	for mime, raw := range data {
+	mimes := make([]string, 0, len(data))
+	for mime := range data {
+		mimes = append(mimes, mime)
+	}
+	sort.Strings(mimes)
+	for _, mime := range mimes {
+		raw := data[mime]
 		field, known := mimeFields[mime]
 		var v any = raw
 		var s string
@@ -70,13 +77,12 @@ func resultLine(data map[string]json.RawMessage, main bool) map[string]any {
 			}
 		}
 		if known {
-			line[field] = v
+			line = append(line, kv{field, v})
 		} else {
 			extra[mime] = v
 		}
 	}
-	line["extra"] = extra
-	return line
+	return append(line, kv{"extra", extra}, kv{"is_main_result", main})
 }
 
 func textError(w http.ResponseWriter, status int, msg string) {
@@ -144,31 +150,35 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	out, err := cc.session.Execute(ctx, kreq, func(ev kernel.Event) { lw.write(eventLine(ev)) })
 	if err != nil {
-		lw.write(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
+		lw.write(errorLine("SandboxError", err.Error(), ""))
 	} else if out.ExitCode != nil {
 		// Our extension: E2B's SDKs ignore line types they don't know.
-		lw.write(map[string]any{"type": "exit_code", "exit_code": *out.ExitCode})
+		lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
 	}
-	lw.write(map[string]any{"type": "end_of_execution"})
+	lw.write(ordered{{"type", "end_of_execution"}})
 	s.touch()
 }
 
-func eventLine(ev kernel.Event) map[string]any {
+func errorLine(name, value, traceback string) ordered {
+	return ordered{{"type", "error"}, {"name", name}, {"value", value}, {"traceback", traceback}}
+}
+
+func eventLine(ev kernel.Event) ordered {
 	switch ev.Type {
 	case "stdout", "stderr":
 		ts := ev.Timestamp
 		if ts.IsZero() {
 			ts = time.Now()
 		}
-		return map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": ts.UTC().Format("2006-01-02T15:04:05.000000Z")}
+		return ordered{{"type", ev.Type}, {"text", ev.Text}, {"timestamp", ts.UTC().Format("2006-01-02T15:04:05.000000Z")}}
 	case "result":
 		return resultLine(ev.Data, ev.IsMainResult)
 	case "error":
-		return map[string]any{"type": "error", "name": ev.Name, "value": ev.Value, "traceback": ev.Traceback}
+		return errorLine(ev.Name, ev.Value, ev.Traceback)
 	case "number_of_executions":
-		return map[string]any{"type": "number_of_executions", "execution_count": ev.ExecutionCount}
+		return ordered{{"type", "number_of_executions"}, {"execution_count", ev.ExecutionCount}}
 	}
-	return map[string]any{"type": ev.Type}
+	return ordered{{"type", ev.Type}}
 }
 
 // lineWriter serialises NDJSON lines from the kernel callback and the
@@ -200,16 +210,16 @@ func (lw *lineWriter) keepalive() {
 			idle := time.Since(lw.last) >= keepaliveEvery
 			lw.mu.Unlock()
 			if idle {
-				lw.write(map[string]any{"type": "keepalive"})
+				lw.write(ordered{{"type", "keepalive"}})
 			}
 		}
 	}
 }
 
-func (lw *lineWriter) write(v map[string]any) {
+func (lw *lineWriter) write(v ordered) {
 	b, err := pyJSON(v)
 	if err != nil {
-		b, _ = pyJSON(map[string]any{"type": "error", "name": "EncodingError", "value": err.Error(), "traceback": ""})
+		b, _ = pyJSON(errorLine("EncodingError", err.Error(), ""))
 	}
 	b = append(b, '\n')
 	lw.mu.Lock()

@@ -22,6 +22,47 @@ func pyJSON(v any) ([]byte, error) {
 	return pythonize(compact), nil
 }
 
+// ordered is a JSON object that keeps its keys in the given order: E2B's
+// server (Python dicts) writes "type" first, and so do we.
+type ordered []kv
+
+type kv struct {
+	k string
+	v any
+}
+
+func (o ordered) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for i, p := range o {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		k, _ := json.Marshal(p.k)
+		buf.Write(k)
+		buf.WriteByte(':')
+		var vb bytes.Buffer
+		enc := json.NewEncoder(&vb)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(p.v); err != nil {
+			return nil, err
+		}
+		buf.Write(bytes.TrimRight(vb.Bytes(), "\n"))
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// get returns the value of key k, or nil.
+func (o ordered) get(k string) any {
+	for _, p := range o {
+		if p.k == k {
+			return p.v
+		}
+	}
+	return nil
+}
+
 // pythonize rewrites compact JSON: a space after every ',' and ':' outside
 // strings, and every non-ASCII rune inside strings as \uXXXX (surrogate pairs
 // above the BMP), as Python's ensure_ascii does.

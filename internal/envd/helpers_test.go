@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -169,6 +170,22 @@ func mustJSON(t *testing.T, b []byte) map[string]any {
 		t.Fatalf("invalid JSON %q: %v", b, err)
 	}
 	return m
+}
+
+// jsonEq compares JSON documents (protojson randomises whitespace on
+// purpose, so bytes cannot be compared).
+func jsonEq(t *testing.T, got []byte, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("invalid JSON %q: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("bad expectation %q: %v", want, err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("JSON mismatch:\n got  %s\n want %s", got, want)
+	}
 }
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {

@@ -632,6 +632,9 @@ func (k *kproc) onPipeDrain(i int, it pipeItem, ok bool, eof *[2]bool) {
 
 // describeExit says how the kernel ended, for the KernelDied error event.
 func describeExit(waitErr error, reason string, protocolErr bool) string {
+	if protocolErr {
+		return reason + "; the kernel was killed"
+	}
 	var how string
 	var ee *exec.ExitError
 	if errors.As(waitErr, &ee) {
@@ -651,9 +654,6 @@ func describeExit(waitErr error, reason string, protocolErr bool) string {
 		how = "the kernel process exited with status 0"
 	} else {
 		how = "the kernel process ended: " + waitErr.Error()
-	}
-	if protocolErr {
-		return fmt.Sprintf("%s (%s; it was killed)", how, reason)
 	}
 	return how
 }

@@ -119,7 +119,6 @@ func runShim() int {
 		Pids:          r.Pids,
 		HomeSizeBytes: spec.Home,
 		TmpSizeBytes:  spec.TmpSize,
-		ID:            r.ID,
 	})
 	cfgR.Close()
 	lnFile.Close()
@@ -133,6 +132,7 @@ func runShim() int {
 	r.ShimPid = os.Getpid()
 	r.ShimStart = procStart(os.Getpid())
 	r.AgentPid = proc.Pid
+	r.Cgroups = proc.CgroupDirs()
 	if err := writeRecord(dir, &r); err != nil {
 		_ = proc.Kill()
 		_, _ = proc.Wait()

@@ -408,7 +408,7 @@ func cleanupStale(dir string, r *record) {
 			_ = syscall.Kill(r.AgentPid, syscall.SIGKILL)
 		}
 	}
-	_ = isolate.CleanupID(r.ID)
+	removeCgroups(r.Cgroups)
 	_ = os.RemoveAll(dir)
 }
 
@@ -470,4 +470,28 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 
 func (i *instance) installPackages(ctx context.Context, spec driver.Spec, workdir string) error {
 	return fmt.Errorf("%w: package installation is not wired yet", sberr.ErrNotSupported)
+}
+
+// removeCgroups kills whatever is left in a dead sandbox's cgroups and
+// removes them (deepest first: rmdir fails on a cgroup with children).
+func removeCgroups(dirs []string) {
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d := dirs[i]
+		if !strings.HasPrefix(d, "/sys/fs/cgroup/") {
+			continue // a corrupt or forged record must not make us remove other paths
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		for try := 0; try < 50; try++ {
+			if err := os.Remove(d); err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
