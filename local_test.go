@@ -103,11 +103,14 @@ func TestLocalIsolation(t *testing.T) {
 	}
 	cwd, _ := os.Getwd()
 	sb := newLocal(t, nil)
-	for _, p := range []string{secret, filepath.Join(cwd, "go.mod"), "/root", "/home", "/var/log", "/run/code-sandboxes"} {
+	for _, p := range []string{secret, filepath.Join(cwd, "go.mod"), "/root", "/home/" + os.Getenv("SUDO_USER") + "x", "/var/log", "/run/code-sandboxes"} {
 		ex := runOut(t, sb, "import os\nprint(os.path.exists("+pyStr(p)+"))")
 		if strings.TrimSpace(ex.Stdout()) != "False" {
 			t.Errorf("sandbox sees host path %s: %q", p, ex.Stdout())
 		}
+	}
+	if ex := runOut(t, sb, "import os; print(os.listdir('/home'))"); strings.TrimSpace(ex.Stdout()) != "['user']" {
+		t.Errorf("/home holds more than the sandbox's user: %q", ex.Stdout())
 	}
 	for _, p := range []string{"/usr/evil", "/etc/evil", "/bin/evil"} {
 		ex := runOut(t, sb, "open("+pyStr(p)+", 'w')")

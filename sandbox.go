@@ -168,13 +168,9 @@ func (s *Sandbox) RunCode(ctx context.Context, code string, opts ...RunOption) (
 			}
 		case "error":
 			e := ExecutionError{Name: l.Name, Value: l.Value, Traceback: l.Traceback}
-			switch l.Name {
-			case "KeyboardInterrupt":
+			if l.Name == "KeyboardInterrupt" {
+				// Servers without our execution_status line (E2B's) say it so.
 				ex.Interrupted = true
-			case "TimeoutError":
-				if strings.Contains(l.Value, "execution exceeded") || strings.Contains(l.Value, "timeout") {
-					ex.TimedOut = true
-				}
 			}
 			ex.Error = &e
 			if o.onError != nil {
@@ -185,6 +181,9 @@ func (s *Sandbox) RunCode(ctx context.Context, code string, opts ...RunOption) (
 		case "exit_code":
 			code := l.ExitCode
 			ex.ExitCode = &code
+		case "execution_status":
+			ex.Interrupted = ex.Interrupted || l.Interrupted
+			ex.TimedOut = l.TimedOut
 		}
 	})
 	ex.CompletedAt = time.Now()

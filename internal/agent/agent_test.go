@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem/filesystemconnect"
 	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
-	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 

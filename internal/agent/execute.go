@@ -151,9 +151,14 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	out, err := cc.session.Execute(ctx, kreq, func(ev kernel.Event) { lw.write(eventLine(ev)) })
 	if err != nil {
 		lw.write(errorLine("SandboxError", err.Error(), ""))
-	} else if out.ExitCode != nil {
-		// Our extension: E2B's SDKs ignore line types they don't know.
-		lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
+	} else {
+		// Our extensions: E2B's SDKs ignore line types they don't know.
+		if out.ExitCode != nil {
+			lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
+		}
+		if out.Interrupted || out.TimedOut || out.KernelDied {
+			lw.write(ordered{{"type", "execution_status"}, {"interrupted", out.Interrupted}, {"timed_out", out.TimedOut}, {"kernel_died", out.KernelDied}})
+		}
 	}
 	lw.write(ordered{{"type", "end_of_execution"}})
 	s.touch()

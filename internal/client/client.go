@@ -252,6 +252,8 @@ type Line struct {
 	Traceback      string
 	ExecutionCount int
 	ExitCode       int
+	// execution_status (our extension)
+	Interrupted, TimedOut, KernelDied bool
 }
 
 // ErrProtocol is a stream the client can't make sense of.
@@ -323,6 +325,10 @@ func DecodeLine(b []byte) (Line, error) {
 		_ = json.Unmarshal(raw["execution_count"], &l.ExecutionCount)
 	case "exit_code":
 		_ = json.Unmarshal(raw["exit_code"], &l.ExitCode)
+	case "execution_status":
+		_ = json.Unmarshal(raw["interrupted"], &l.Interrupted)
+		_ = json.Unmarshal(raw["timed_out"], &l.TimedOut)
+		_ = json.Unmarshal(raw["kernel_died"], &l.KernelDied)
 	}
 	return l, nil
 }

@@ -323,9 +323,14 @@ func TestPolledWatcher(t *testing.T) {
 		t.Fatalf("events %v", names)
 	}
 	// The queue is bounded: a flood without polling keeps at most maxPolledEvents.
-	for i := range maxPolledEvents + 500 {
-		os.WriteFile(filepath.Join(dir, "a"), []byte{byte(i)}, 0o644)
+	fh, err := os.OpenFile(filepath.Join(dir, "a"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	for range maxPolledEvents + 500 {
+		fh.Write([]byte{1}) // one IN_MODIFY each
+	}
+	fh.Close()
 	time.Sleep(200 * time.Millisecond)
 	ev, err := c.GetWatcherEvents(t.Context(), connect.NewRequest(&fspb.GetWatcherEventsRequest{WatcherId: id}))
 	if err != nil || len(ev.Msg.Events) > maxPolledEvents || len(ev.Msg.Events) == 0 {

@@ -25,7 +25,7 @@ import os
 import io
 import builtins
 import _thread
-import signal as _signal
+import _signal  # not "signal": that imports enum, a few ms of startup
 from _json import encode_basestring_ascii as _jstr
 
 _KFILE = sys._getframe().f_code.co_filename

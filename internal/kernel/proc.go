@@ -172,7 +172,8 @@ var scriptOnce sync.Map // dir -> error
 
 // kernelArgs returns the interpreter arguments. The kernel is written once to
 // a cache directory and imported from there so Python caches its bytecode
-// (compiling the source on every start costs more than the rest of startup);
+// (compiling the source on every start costs more than the rest of startup;
+// the cache is written even under PYTHONDONTWRITEBYTECODE, for our file only);
 // when no directory is writable it is passed with -c instead.
 func kernelArgs(dir string) []string {
 	if dir == "" {
@@ -210,7 +211,8 @@ func kernelArgs(dir string) []string {
 		}))
 		if v.(func() error)() == nil {
 			return []string{"-c", fmt.Sprintf(
-				"import sys;sys.path.insert(0,'%s');import %s as k;del sys.path[0];k._main()", dir, kernelModule)}
+				"import sys;w=sys.dont_write_bytecode;sys.dont_write_bytecode=False;sys.path.insert(0,'%s');"+
+					"import %s as k;del sys.path[0];sys.dont_write_bytecode=w;del w;k._main()", dir, kernelModule)}
 		}
 	}
 	return []string{"-c", kernelSource + "\n_main()\n"}
