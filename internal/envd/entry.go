@@ -27,15 +27,20 @@ const metadataXattrPrefix = "user.e2b."
 // thousands of entries must not re-read those files per entry; the cache is
 // refreshed when the files' mtime changes.
 type idNames struct {
-	mu     sync.Mutex
-	stamp  [2]time.Time
-	users  map[uint32]string
-	groups map[uint32]string
+	mu      sync.Mutex
+	checked time.Time // last time the files' mtimes were looked at
+	stamp   [2]time.Time
+	users   map[uint32]string
+	groups  map[uint32]string
 }
 
 var names idNames
 
 func (c *idNames) refresh() {
+	if c.users != nil && time.Since(c.checked) < time.Second {
+		return
+	}
+	c.checked = time.Now()
 	st := [2]time.Time{}
 	for i, p := range []string{"/etc/passwd", "/etc/group"} {
 		if fi, err := os.Stat(p); err == nil {

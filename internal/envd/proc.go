@@ -64,8 +64,6 @@ type proc struct {
 	mu    sync.Mutex
 	subs  map[*subscriber]struct{}
 	end   *pb.ProcessEvent_EndEvent
-
-	exited chan struct{} // closed when the process has been reaped
 }
 
 func newSubscriber() *subscriber {

@@ -143,10 +143,9 @@ func (s *ProcessService) Start(ctx context.Context, req *connect.Request[pb.Star
 	}
 
 	p := &proc{
-		cmd:    cmd,
-		stall:  s.stall(),
-		subs:   map[*subscriber]struct{}{},
-		exited: make(chan struct{}),
+		cmd:   cmd,
+		stall: s.stall(),
+		subs:  map[*subscriber]struct{}{},
 	}
 	var readers []func()
 	var closeAfterStart []*os.File
@@ -221,27 +220,20 @@ func (s *ProcessService) Start(ctx context.Context, req *connect.Request[pb.Star
 					return &pb.ProcessEvent_DataEvent{Output: &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}}
 				})
 			})
-		// On a failed start the readers never run: close their ends here.
-		defer func() {
-			if cmd.Process == nil {
-				outR.Close()
-				errR.Close()
-			}
-		}()
 	}
 
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		cleanup()
-		p.closeInputs()
+		p.abort()
 		return connect.NewError(connect.CodeUnavailable, errors.New("process service is shutting down"))
 	}
 	err = cmd.Start()
 	cleanup()
 	if err != nil {
 		s.mu.Unlock()
-		p.closeInputs()
+		p.abort()
 		return startError(cfg.GetCmd(), err)
 	}
 	p.pid = uint32(cmd.Process.Pid)
@@ -283,7 +275,6 @@ func (s *ProcessService) wait(p *proc, readers *sync.WaitGroup, killTimer *time.
 	if killTimer != nil {
 		killTimer.Stop()
 	}
-	close(p.exited)
 	// Readers get EOF unless a background child still holds the output
 	// open; then stop waiting for it shortly after the exit.
 	for _, f := range p.readEnds {
@@ -305,6 +296,15 @@ func (p *proc) closeInputs() {
 	if p.stdin != nil {
 		p.stdin.Close()
 		p.stdin = nil
+	}
+}
+
+// abort releases the parent's ends of a process that failed to start (its
+// readers, which would close them, never run).
+func (p *proc) abort() {
+	p.closeInputs()
+	for _, f := range p.readEnds {
+		f.Close()
 	}
 }
 

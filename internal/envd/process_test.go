@@ -161,6 +161,17 @@ func TestStartEnvCwdUser(t *testing.T) {
 		t.Fatalf("bad cwd: %v", err)
 	}
 
+	for _, pty := range []*pb.PTY{nil, {Size: &pb.PTY_Size{Cols: 80, Rows: 24}}} {
+		s, err = env.proc().Start(t.Context(), connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/no/such/binary"}, Pty: pty}))
+		if err == nil {
+			s.Receive()
+			err = s.Err()
+		}
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "/no/such/binary") {
+			t.Fatalf("missing binary: %v", err)
+		}
+	}
+
 	req := connect.NewRequest(&pb.StartRequest{Process: &pb.ProcessConfig{Cmd: "/bin/true"}})
 	req.Header().Set("Authorization", basicAuth("mallory"))
 	s, err = env.proc().Start(t.Context(), req)

@@ -548,6 +548,9 @@ def _cmd_exec(fields):
     exit_code = None
     _st.busy = True
     try:
+        # Tell Go the cell has begun: an interrupt asked for earlier was held
+        # back (SIGINT is ignored between cells) and is sent now.
+        _send({"t": "start", "id": cid})
         try:
             for i in range(0, len(env) - 1, 2):
                 k = env[i].decode("utf-8", "surrogateescape")

@@ -164,6 +164,12 @@ type Session struct {
 	lost    string // why earlier state was lost, told once to the next execution
 	running atomic.Pointer[kproc]
 	intr    atomic.Bool
+	// imu orders Interrupt against the kernel's "start" acknowledgement: a
+	// SIGINT that reaches the kernel before it has begun the cell would be
+	// ignored (the main loop ignores SIGINT between cells), so it is held
+	// back until the cell has started.
+	imu     sync.Mutex
+	started bool
 
 	ids atomic.Uint64
 }
@@ -235,8 +241,30 @@ func (s *Session) Interrupt() bool {
 	if k == nil {
 		return false
 	}
+	return s.interrupt(k)
+}
+
+// interrupt asks k's running cell to stop: now if it has started, else as
+// soon as it acknowledges the start.
+func (s *Session) interrupt(k *kproc) bool {
+	s.imu.Lock()
+	defer s.imu.Unlock()
 	s.intr.Store(true)
+	if !s.started {
+		return true
+	}
 	return k.signal(syscall.SIGINT) == nil
+}
+
+// cellStarted records the kernel's "start" acknowledgement and delivers an
+// interrupt that was asked for before it.
+func (s *Session) cellStarted(k *kproc) {
+	s.imu.Lock()
+	defer s.imu.Unlock()
+	s.started = true
+	if s.intr.Load() {
+		k.signal(syscall.SIGINT)
+	}
 }
 
 // Restart kills the kernel (if any) and starts a fresh one.
@@ -308,12 +336,15 @@ func (s *Session) Execute(ctx context.Context, req Request, emit func(Event)) (O
 	}
 	sk := k.attach()
 	defer k.detach(sk)
+	s.imu.Lock()
 	s.intr.Store(false)
+	s.started = false
+	s.imu.Unlock()
 	s.running.Store(k)
 	defer s.running.Store(nil)
 	go k.write(encodeCommand(fields...))
 
-	w := &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout}
+	w := &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout, exec: true}
 	res := w.wait(ctx)
 	out.ExitCode = res.exit
 	out.Error = w.sawError
@@ -367,6 +398,7 @@ type waiter struct {
 	emit    func(Event)
 	maxOut  int64
 	timeout time.Duration
+	exec    bool // an execution (acknowledges its start), not a get/set
 
 	sent, dropped int64
 	sawError      bool
@@ -413,7 +445,11 @@ func (w *waiter) wait(ctx context.Context) waitResult {
 	}
 	done := ctx.Done()
 	stop := func() {
-		w.k.signal(syscall.SIGINT)
+		if w.exec {
+			w.s.interrupt(w.k)
+		} else {
+			w.k.signal(syscall.SIGINT)
+		}
 		g := time.NewTimer(w.s.opts.killGrace())
 		graceC = g.C
 	}
@@ -446,6 +482,10 @@ func (w *waiter) wait(ctx context.Context) waitResult {
 			case itemFrame:
 				f := it.frame
 				switch f.T {
+				case "start":
+					if f.ID == w.id {
+						w.s.cellStarted(w.k)
+					}
 				case "done":
 					if f.ID == w.id {
 						return waitResult{exit: f.Exit}
