@@ -4,7 +4,7 @@
 # ipykernel + jupyter_client for the benchmark's Jupyter baseline, bubblewrap
 # for the isolation baseline. Idempotent; quiet when all is there.
 set -euo pipefail
-pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client bubblewrap)
+pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

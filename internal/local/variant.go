@@ -72,6 +72,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if spec.Environment != "" && spec.Environment != "host" {
 		return nil, fmt.Errorf("%w: environment %q is unknown to the local variant; it has: host", sberr.ErrInvalidConfig, spec.Environment)
 	}
+	for _, p := range spec.Packages {
+		if p == "" || strings.HasPrefix(p, "-") || strings.ContainsAny(p, " \t\r\n\x00") {
+			return nil, fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
+		}
+	}
 	if len(spec.Packages) > 0 && spec.Network != "all" {
 		return nil, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an environment that has them)", sberr.ErrInvalidConfig)
 	}
@@ -468,8 +473,38 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 	return killByDir(ctx, filepath.Join(runtimeDir(spec.Local.RuntimeDir), filepath.Base(id)))
 }
 
+// installPackages pip-installs spec.Packages into the sandbox user's site
+// (gllm_tools' additional_packages). The sandbox's home is private, so
+// overriding Debian's externally-managed marker there harms nobody.
 func (i *instance) installPackages(ctx context.Context, spec driver.Spec, workdir string) error {
-	return fmt.Errorf("%w: package installation is not wired yet", sberr.ErrNotSupported)
+	python := spec.Local.Python
+	if python == "" {
+		python = "python3"
+	}
+	args := []string{"-m", "pip", "install", "--user", "--break-system-packages", "--no-input",
+		"--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off"}
+	if spec.PackageIndex != "" {
+		args = append(args, "--index-url", spec.PackageIndex)
+	}
+	args = append(args, spec.Packages...)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	code, out, err := runProcess(ctx, i.c, python, args, workdir)
+	if err != nil {
+		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: installing packages %v: pip exited with %d: %s", sberr.ErrInvalidConfig, spec.Packages, code, lastLines(out, 15))
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // removeCgroups kills whatever is left in a dead sandbox's cgroups and
