@@ -107,7 +107,7 @@ func TestLocalIsolation(t *testing.T) {
 	for _, p := range []string{secret, filepath.Join(cwd, "go.mod"), "/root", "/home/" + os.Getenv("SUDO_USER") + "x", "/var/log", "/run/code-sandboxes"} {
 		ex := runOut(t, sb, "import os\nprint(os.path.exists("+pyStr(p)+"))")
 		if strings.TrimSpace(ex.Stdout()) != "False" {
-			t.Errorf("sandbox sees host path %s: %q", p, ex.Stdout())
+			t.Errorf("sandbox sees host path %s: %q (error %v)", p, ex.Stdout(), ex.Error)
 		}
 	}
 	if ex := runOut(t, sb, "import os; print(os.listdir('/home'))"); strings.TrimSpace(ex.Stdout()) != "['user']" {

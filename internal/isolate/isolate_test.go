@@ -559,7 +559,14 @@ func TestKillAndCleanup(t *testing.T) {
 		}
 		return pids
 	}
-	if m := members(); len(m) != 6 {
+	// /proc may lag behind a just-forked child on a loaded machine: poll.
+	var m []int
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if m = members(); len(m) == 6 {
+			break
+		}
+	}
+	if len(m) != 6 {
 		t.Fatalf("expected init + 5 sleepers in the sandbox, found %v", m)
 	}
 	dirs := p.CgroupDirs()
