@@ -345,7 +345,14 @@ func (c *Client) Execute(ctx context.Context, req ExecuteRequest, fn func(Line))
 		return err
 	}
 	defer resp.Body.Close()
-	return ReadStream(ctx, resp.Body, c.o.MaxLineBytes, fn)
+	if err := ReadStream(ctx, resp.Body, c.o.MaxLineBytes, fn); err != nil {
+		return err
+	}
+	// Read the (empty) rest so the connection is reused: closing a body
+	// before EOF drops the connection, which the server takes for a client
+	// that went away.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return nil
 }
 
 // ReadStream decodes an NDJSON execution stream with bounded lines.
