@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var bin, runtime string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cs-cli-")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "code-sandboxes")
+	runtime = filepath.Join(dir, "runtime")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	// Nothing may be left behind: every test deletes what it created.
+	if ents, _ := os.ReadDir(runtime); len(ents) != 0 {
+		fmt.Fprintf(os.Stderr, "sandboxes left behind: %d\n", len(ents))
+		code = 1
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func cli(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "CODE_SANDBOXES_RUNTIME_DIR="+runtime)
+	cmd.Dir = t.TempDir()
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func TestExec(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	out, errs, code := cli(t, "", "exec", "import sys; print(sys.version_info[0])")
+	if code != 0 || strings.TrimSpace(out) != "3" {
+		t.Fatalf("exec: %d %q %q", code, out, errs)
+	}
+	out, errs, code = cli(t, "", "exec", "1/0")
+	if code != 1 || !strings.Contains(errs, "ZeroDivisionError") {
+		t.Fatalf("failing code: %d %q %q", code, out, errs)
+	}
+	out, _, code = cli(t, "x = 20\nx * 2\n", "exec")
+	if code != 0 || strings.TrimSpace(out) != "40" {
+		t.Fatalf("stdin: %d %q", code, out)
+	}
+	out, _, code = cli(t, "", "exec", "import sys; sys.exit(2)")
+	if code != 1 {
+		t.Fatalf("sys.exit(2): %d %q", code, out)
+	}
+	out, _, code = cli(t, "", "exec", "--json", "40 + 2")
+	var ex struct {
+		Results []struct {
+			Data map[string]any `json:"data"`
+		} `json:"results"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &ex) != nil || len(ex.Results) != 1 || ex.Results[0].Data["text/plain"] != "42" {
+		t.Fatalf("--json: %d %q", code, out)
+	}
+	if _, errs, code := cli(t, "", "exec", "--memory", "lots", "1"); code != 1 || !strings.Contains(errs, "size") {
+		t.Errorf("bad --memory: %d %q", code, errs)
+	}
+	if _, errs, code := cli(t, "", "exec", "--network", "allowlist", "1"); code != 1 || !strings.Contains(errs, "AllowedHosts") {
+		t.Errorf("allowlist without hosts: %d %q", code, errs)
+	}
+}
+
+func TestExecFigure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("matplotlib missing (make deps)")
+		}
+		t.Skip("matplotlib missing")
+	}
+	dir := t.TempDir()
+	out, errs, code := cli(t, "", "exec", "--figures-dir", dir, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+	if code != 0 || !strings.Contains(out, "figure saved:") {
+		t.Fatalf("figure: %d %q %q", code, out, errs)
+	}
+	p := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "figure saved:"))
+	b, err := os.ReadFile(p)
+	if err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) {
+		t.Fatalf("saved figure %s: %v", p, err)
+	}
+}
+
+func TestLifecycleCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	out, errs, code := cli(t, "", "create", "--name", "cli-test", "--tag", "team=ai", "--lifetime", "5m")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("create: %d %q %q", code, out, errs)
+	}
+	out, _, code = cli(t, "", "list")
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "team=ai") || !strings.Contains(out, "cli-test") {
+		t.Fatalf("list: %d %q", code, out)
+	}
+	out, _, code = cli(t, "", "list", "--json", "--tag", "team=ai")
+	var infos []map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &infos) != nil || len(infos) != 1 || infos[0]["id"] != id {
+		t.Fatalf("list --json: %d %q", code, out)
+	}
+	if out, _, code = cli(t, "", "get", "cli-test"); code != 0 || !strings.Contains(out, id) {
+		t.Fatalf("get by name: %d %q", code, out)
+	}
+	if _, errs, code := cli(t, "", "get", "nope"); code != 1 || !strings.Contains(errs, "not found") {
+		t.Errorf("get missing: %d %q", code, errs)
+	}
+	if out, _, code := cli(t, "n\n", "delete", id); code != 1 || !strings.Contains(out, "Nothing deleted") {
+		t.Errorf("delete answered no: %d %q", code, out)
+	}
+	if _, errs, code := cli(t, "", "delete"); code != 1 || !strings.Contains(errs, "name a sandbox") {
+		t.Errorf("delete without target: %d %q", code, errs)
+	}
+	if out, errs, code := cli(t, "", "delete", "--tag", "team=ai", "-y"); code != 0 || !strings.Contains(out, "deleted "+id) {
+		t.Fatalf("delete by tag: %d %q %q", code, out, errs)
+	}
+	if out, _, _ := cli(t, "", "list", "--json"); strings.Contains(out, id) {
+		t.Errorf("deleted sandbox still listed: %q", out)
+	}
+}
+
+func TestREPL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	out, errs, code := cli(t, "x = 5\ndef f(y):\n    return y * x\n\nf(3)\n:exit\n", "repl")
+	if code != 0 || !strings.Contains(out, "15") {
+		t.Fatalf("repl: %d %q %q", code, out, errs)
+	}
+}
+
+func TestVersionAndEnvironments(t *testing.T) {
+	if out, _, code := cli(t, "", "version"); code != 0 || !strings.HasPrefix(out, "code-sandboxes ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if out, _, code := cli(t, "", "environments"); code != 0 || !strings.Contains(out, "local") {
+		t.Errorf("environments: %d %q", code, out)
+	}
+	if _, errs, code := cli(t, "", "exec", "--variant", "nope", "1"); code != 1 || !strings.Contains(errs, "unknown sandbox variant") {
+		t.Errorf("unknown variant: %d %q", code, errs)
+	}
+}
