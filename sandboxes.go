@@ -216,13 +216,19 @@ func (c Config) spec() (driver.Spec, error) {
 	return s, nil
 }
 
-// Create starts a sandbox and returns when it answers.
-func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
-	spec, err := cfg.spec()
+// variant validates cfg and finds its variant.
+func (c Config) variant() (driver.Variant, driver.Spec, error) {
+	spec, err := c.spec()
 	if err != nil {
-		return nil, err
+		return nil, spec, err
 	}
 	v, err := variantFor(spec.Variant)
+	return v, spec, err
+}
+
+// Create starts a sandbox and returns when it answers.
+func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
+	v, spec, err := cfg.variant()
 	if err != nil {
 		return nil, err
 	}
@@ -235,11 +241,7 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 
 // Get reconnects to a running sandbox by id or name.
 func Get(ctx context.Context, cfg Config, idOrName string) (*Sandbox, error) {
-	spec, err := cfg.spec()
-	if err != nil {
-		return nil, err
-	}
-	v, err := variantFor(spec.Variant)
+	v, spec, err := cfg.variant()
 	if err != nil {
 		return nil, err
 	}
@@ -291,11 +293,7 @@ type ListOptions struct {
 
 // List lists the running sandboxes of cfg's variant.
 func List(ctx context.Context, cfg Config, opts ListOptions) ([]Info, error) {
-	spec, err := cfg.spec()
-	if err != nil {
-		return nil, err
-	}
-	v, err := variantFor(spec.Variant)
+	v, spec, err := cfg.variant()
 	if err != nil {
 		return nil, err
 	}
@@ -305,11 +303,7 @@ func List(ctx context.Context, cfg Config, opts ListOptions) ([]Info, error) {
 // Kill ends sandboxes by id or name (idOrName) or by tags (opts) and returns
 // the ids it killed. At least one selector is required.
 func Kill(ctx context.Context, cfg Config, idOrName string, opts ListOptions) ([]string, error) {
-	spec, err := cfg.spec()
-	if err != nil {
-		return nil, err
-	}
-	v, err := variantFor(spec.Variant)
+	v, spec, err := cfg.variant()
 	if err != nil {
 		return nil, err
 	}
@@ -344,11 +338,7 @@ func Kill(ctx context.Context, cfg Config, idOrName string, opts ListOptions) ([
 
 // ListEnvironments lists the environments of cfg's variant.
 func ListEnvironments(ctx context.Context, cfg Config) ([]Environment, error) {
-	spec, err := cfg.spec()
-	if err != nil {
-		return nil, err
-	}
-	v, err := variantFor(spec.Variant)
+	v, spec, err := cfg.variant()
 	if err != nil {
 		return nil, err
 	}
