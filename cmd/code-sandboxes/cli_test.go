@@ -172,3 +172,54 @@ func TestVersionAndEnvironments(t *testing.T) {
 		t.Errorf("unknown variant: %d %q", code, errs)
 	}
 }
+
+// TestUnprivileged runs the CLI as an ordinary user (nobody), as most users
+// will: user namespaces without root, no cgroup delegation on this host.
+func TestUnprivileged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	if os.Geteuid() != 0 {
+		out, errs, code := cli(t, "", "exec", "6 * 7")
+		if code != 0 || strings.TrimSpace(out) != "42" {
+			t.Fatalf("exec as uid %d: %d %q %q", os.Geteuid(), code, out, errs)
+		}
+		return
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("no setpriv")
+	}
+	dir, err := os.MkdirTemp("", "cs-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := filepath.Join(dir, "code-sandboxes")
+	if err := os.WriteFile(nb, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt := filepath.Join(dir, "rt")
+	_ = os.Chmod(dir, 0o755)
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(rt, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", nb, "exec",
+		"import os; print(os.getuid(), os.getgid(), os.path.exists('/root'))\n6 * 7")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "CODE_SANDBOXES_RUNTIME_DIR=" + rt}
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || string(out) != "1000 100 False\n42\n" {
+		t.Fatalf("exec as nobody: %v %q", err, out)
+	}
+	if ents, _ := os.ReadDir(rt); len(ents) != 0 {
+		t.Errorf("left behind in the runtime dir: %d entries", len(ents))
+	}
+}

@@ -98,7 +98,7 @@ func decodeFrame(p []byte) (*wireFrame, error) {
 		return nil, fmt.Errorf("%w: undecodable event frame: %v", errProtocol, err)
 	}
 	switch f.T {
-	case "sync", "done", "reply", "error":
+	case "sync", "start", "done", "reply", "error":
 	case "display":
 		if f.Data == nil {
 			return nil, fmt.Errorf("%w: display frame without data", errProtocol)

@@ -342,14 +342,44 @@ func (k *kproc) kill(why string) {
 		close(k.killed)
 	})
 	k.signal(syscall.SIGKILL)
+	// The kernel itself too, by pidfd (no pid reuse race): user code can move
+	// it out of its own process group (os.setpgid into a child's group), and
+	// a kernel that outlives kill would leave the pump, and every wait on
+	// done, blocked forever.
+	k.cmd.Process.Kill()
 }
 
+// attach makes s the receiver of k's items. A kernel that has already died
+// (its itemDead was delivered to an earlier sink, or to none) gets the death
+// queued at once, so no waiter can miss it.
 func (k *kproc) attach() *sink {
 	s := &sink{ch: make(chan item, 16), gone: make(chan struct{})}
 	k.sinkMu.Lock()
 	k.sink = s
+	if k.dead != nil {
+		s.ch <- item{kind: itemDead, dead: k.dead}
+	}
 	k.sinkMu.Unlock()
 	return s
+}
+
+// deadOrDone reports whether k has died; if it has but the pump has not yet
+// closed done, it waits for that (the pump only closes done after handing
+// itemDead to the attached sink, which at this point is none or a detached one).
+func (k *kproc) deadOrDone() bool {
+	select {
+	case <-k.done:
+		return true
+	default:
+	}
+	k.sinkMu.Lock()
+	d := k.dead
+	k.sinkMu.Unlock()
+	if d == nil {
+		return false
+	}
+	<-k.done
+	return true
 }
 
 func (k *kproc) detach(s *sink) {

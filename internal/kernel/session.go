@@ -198,13 +198,11 @@ func (s *Session) kernel(start bool) (*kproc, string, error) {
 		return nil, "", ErrClosed
 	}
 	if k := s.k; k != nil {
-		select {
-		case <-k.done:
-			s.lost = k.dead.reason
-			s.k = nil
-		default:
+		if !k.deadOrDone() {
 			return k, "", nil
 		}
+		s.lost = k.dead.reason
+		s.k = nil
 	}
 	if !start {
 		return nil, "", nil
@@ -444,6 +442,11 @@ func (w *waiter) wait(ctx context.Context) waitResult {
 		timeoutC = t.C
 	}
 	done := ctx.Done()
+	// The pump closes k.done only after its last delivery, so once it is
+	// closed the sink holds all there will ever be: drain it and report the
+	// death even if the itemDead went to no sink (e.g. the kernel died just
+	// before this sink was attached). Without this the wait had no bound.
+	kdone := w.k.done
 	stop := func() {
 		if w.exec {
 			w.s.interrupt(w.k)
@@ -456,56 +459,21 @@ func (w *waiter) wait(ctx context.Context) waitResult {
 	for {
 		select {
 		case it := <-w.sk.ch:
-			switch it.kind {
-			case itemText:
-				if w.cancelled {
-					continue
-				}
-				typ := EventStdout
-				if it.stream == 2 {
-					typ = EventStderr
-				}
-				text := it.text
-				if room := w.maxOut - w.sent; int64(len(text)) > room {
-					if room < 0 {
-						room = 0
+			if res, ok := w.handle(it); ok {
+				return res
+			}
+		case <-kdone:
+			for {
+				select {
+				case it := <-w.sk.ch:
+					if res, ok := w.handle(it); ok {
+						return res
 					}
-					w.dropped += int64(len(text)) - room
-					text = text[:room]
-				}
-				w.sent += int64(len(text))
-				if len(text) > 0 {
-					w.emit(Event{Type: typ, Text: string(text), Timestamp: it.at})
-				}
-			case itemDead:
-				return waitResult{dead: it.dead}
-			case itemFrame:
-				f := it.frame
-				switch f.T {
-				case "start":
-					if f.ID == w.id {
-						w.s.cellStarted(w.k)
-					}
-				case "done":
-					if f.ID == w.id {
-						return waitResult{exit: f.Exit}
-					}
-				case "reply":
-					if f.ID == w.id {
-						return waitResult{reply: f}
-					}
-				case "display":
-					if !w.cancelled {
-						w.emit(Event{Type: EventResult, Data: f.Data, Metadata: f.MD, IsMainResult: f.Main})
-					}
-				case "error":
-					if w.timedOut && f.Name == "KeyboardInterrupt" {
-						continue // reported as TimeoutError instead
-					}
-					w.sawError = true
-					if !w.cancelled {
-						w.emit(Event{Type: EventError, Name: f.Name, Value: f.Value, Traceback: f.TB})
-					}
+				default:
+					w.k.sinkMu.Lock()
+					d := w.k.dead
+					w.k.sinkMu.Unlock()
+					return waitResult{dead: d}
 				}
 			}
 		case <-timeoutC:
@@ -525,6 +493,63 @@ func (w *waiter) wait(ctx context.Context) waitResult {
 			w.k.kill(fmt.Sprintf("the kernel was killed because an execution did not stop within %s of being interrupted", w.s.opts.killGrace()))
 		}
 	}
+}
+
+// handle processes one item; ok is true when it ends the wait.
+func (w *waiter) handle(it item) (res waitResult, ok bool) {
+	switch it.kind {
+	case itemText:
+		if w.cancelled {
+			return
+		}
+		typ := EventStdout
+		if it.stream == 2 {
+			typ = EventStderr
+		}
+		text := it.text
+		if room := w.maxOut - w.sent; int64(len(text)) > room {
+			if room < 0 {
+				room = 0
+			}
+			w.dropped += int64(len(text)) - room
+			text = text[:room]
+		}
+		w.sent += int64(len(text))
+		if len(text) > 0 {
+			w.emit(Event{Type: typ, Text: string(text), Timestamp: it.at})
+		}
+	case itemDead:
+		return waitResult{dead: it.dead}, true
+	case itemFrame:
+		f := it.frame
+		switch f.T {
+		case "start":
+			if f.ID == w.id {
+				w.s.cellStarted(w.k)
+			}
+		case "done":
+			if f.ID == w.id {
+				return waitResult{exit: f.Exit}, true
+			}
+		case "reply":
+			if f.ID == w.id {
+				return waitResult{reply: f}, true
+			}
+		case "display":
+			if !w.cancelled {
+				w.emit(Event{Type: EventResult, Data: f.Data, Metadata: f.MD, IsMainResult: f.Main})
+			}
+		case "error":
+			if w.timedOut && f.Name == "KeyboardInterrupt" {
+				return // reported as TimeoutError instead
+			}
+			w.sawError = true
+			if !w.cancelled {
+				w.emit(Event{Type: EventError, Name: f.Name, Value: f.Value, Traceback: f.TB})
+			}
+		}
+	}
+	return
 }
 
 // roundTrip runs a get/set command and returns its reply frame.

@@ -25,11 +25,15 @@ const (
 
 // shimSpec is what Create hands the shim.
 type shimSpec struct {
-	Dir     string      `json:"dir"`
-	Record  record      `json:"record"`
-	Agent   agentConfig `json:"agent"`
-	Home    int64       `json:"home_bytes"`
-	TmpSize int64       `json:"tmp_bytes"`
+	Dir    string      `json:"dir"`
+	Record record      `json:"record"`
+	Agent  agentConfig `json:"agent"`
+	Home   int64       `json:"home_bytes"`
+	// DefaultPids says the pids limit is our default, not the user's: where
+	// the host gives no writable cgroup (an unprivileged user without
+	// delegation) the sandbox starts without it instead of failing.
+	DefaultPids bool  `json:"default_pids"`
+	TmpSize     int64 `json:"tmp_bytes"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -103,7 +107,7 @@ func runShim() int {
 	}
 	defer logf.Close()
 	r := spec.Record
-	proc, err := isolate.Start(context.Background(), isolate.Spec{
+	ispec := isolate.Spec{
 		// /proc/self/exe still works when the binary was deleted after we
 		// started (go run removes its temporary build).
 		Path:          "/proc/self/exe",
@@ -119,7 +123,12 @@ func runShim() int {
 		Pids:          r.Pids,
 		HomeSizeBytes: spec.Home,
 		TmpSizeBytes:  spec.TmpSize,
-	})
+	}
+	proc, err := isolate.Start(context.Background(), ispec)
+	if err != nil && spec.DefaultPids && r.Memory == 0 && r.CPUs == 0 {
+		ispec.Pids, r.Pids = 0, 0
+		proc, err = isolate.Start(context.Background(), ispec)
+	}
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {

@@ -99,10 +99,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: newToken(), Network: spec.Network, Memory: spec.MemoryBytes, CPUs: spec.CPUs, Pids: spec.Pids}
-	if rec.Pids == 0 {
+	defaulted := rec.Pids == 0
+	if defaulted {
 		rec.Pids = defaultPids
 	}
-	ss := shimSpec{Dir: dir, Record: rec, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
+	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
 		Workdir: workdir, Env: spec.Env, Lifetime: spec.Lifetime}}
 	b, _ := json.Marshal(ss)
 
