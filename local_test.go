@@ -2,6 +2,7 @@ package sandboxes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,5 +246,57 @@ func TestInvalidConfig(t *testing.T) {
 	}
 	if _, err := sandboxes.Kill(ctx, localConfig(t), "", sandboxes.ListOptions{}); !errors.Is(err, sandboxes.ErrInvalidInput) {
 		t.Errorf("Kill with no selector = %v", err)
+	}
+}
+
+// TestLocalStaleRecordCleaned kills a sandbox's supervisor with SIGKILL: the
+// next List must end the orphaned agent and remove every trace of it.
+func TestLocalStaleRecordCleaned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Memory = 128 << 20 })
+	dir := filepath.Join(runtimeDir(t), sb.ID())
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		ShimPid  int      `json:"shim_pid"`
+		AgentPid int      `json:"agent_pid"`
+		Cgroups  []string `json:"cgroups"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(rec.ShimPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	list, err := sandboxes.List(context.Background(), localConfig(t), sandboxes.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range list {
+		if i.ID == sb.ID() {
+			t.Fatalf("a sandbox whose supervisor died is still listed")
+		}
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its directory is still there: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(rec.AgentPid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if syscall.Kill(rec.AgentPid, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.AgentPid)); !strings.Contains(string(st), ") Z ") {
+			t.Errorf("the orphaned agent (pid %d) still runs", rec.AgentPid)
+		}
+	}
+	for _, d := range rec.Cgroups {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup %s left behind", d)
+		}
 	}
 }
