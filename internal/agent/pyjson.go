@@ -53,16 +53,6 @@ func (o ordered) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// get returns the value of key k, or nil.
-func (o ordered) get(k string) any {
-	for _, p := range o {
-		if p.k == k {
-			return p.v
-		}
-	}
-	return nil
-}
-
 // pythonize rewrites compact JSON: a space after every ',' and ':' outside
 // strings, and every non-ASCII rune inside strings as \uXXXX (surrogate pairs
 // above the BMP), as Python's ensure_ascii does.

@@ -7,7 +7,6 @@ package local
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,5 +137,3 @@ func (r *record) alive() bool {
 	st := procStart(r.ShimPid)
 	return st != 0 && st == r.ShimStart
 }
-
-var errNoRecord = errors.New("no record")
