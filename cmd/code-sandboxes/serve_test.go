@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startServe runs `serve` in-process (the test binary is also the sandbox
+// agent, as the real one is) and returns its URL and API key. Cancelling
+// the context is what SIGINT/SIGTERM do through main's NotifyContext.
+func startServe(t *testing.T, ctx context.Context, rt string, args ...string) (url, key string, done <-chan error) {
+	t.Helper()
+	cmd := serveCmd()
+	pr, pw := io.Pipe()
+	cmd.SetOut(pw)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(append([]string{"--listen", "127.0.0.1:0", "--runtime-dir", rt}, args...))
+	t.Setenv("E2B_API_KEY", "")
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.ExecuteContext(ctx); pw.Close() }()
+	sc := bufio.NewScanner(pr)
+	for (url == "" || key == "") && sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		switch k {
+		case "E2B_API_URL":
+			url = v
+		case "E2B_API_KEY":
+			key = v
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if url == "" || key == "" {
+		t.Fatalf("serve printed no URL or key (%v)", <-errc)
+	}
+	return url, key, errc
+}
+
+func createE2B(t *testing.T, url, key string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":60}`))
+	req.Header.Set("X-API-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb struct{ SandboxID string }
+	_ = json.NewDecoder(resp.Body).Decode(&sb)
+	if resp.StatusCode != 201 || sb.SandboxID == "" {
+		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	return sb.SandboxID
+}
+
+func TestServeKillsItsSandboxesOnShutdown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	for _, keep := range []bool{false, true} {
+		rt := t.TempDir()
+		ctx, cancel := context.WithCancel(context.Background())
+		var args []string
+		if keep {
+			args = append(args, "--keep-sandboxes")
+		}
+		url, key, done := startServe(t, ctx, rt, args...)
+		if !strings.HasPrefix(key, "e2b_") || len(key) != 44 {
+			t.Errorf("generated key %q is not e2b_<40 hex>", key)
+		}
+		id := createE2B(t, url, key)
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("serve did not stop")
+		}
+		_, err := os.Stat(rt + "/" + id)
+		if keep && err != nil {
+			t.Errorf("--keep-sandboxes: sandbox %s is gone: %v", id, err)
+		}
+		if !keep && err == nil {
+			t.Errorf("sandbox %s survived the server's shutdown", id)
+		}
+		if keep {
+			if _, _, code := cli(t, "", "delete", "--runtime-dir", rt, id, "-y"); code != 0 {
+				t.Errorf("cleaning up %s failed", id)
+			}
+		}
+	}
+}
+
+func TestServeRefusesBadKey(t *testing.T) {
+	cmd := serveCmd()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--api-key", "sk-not-e2b", "--runtime-dir", t.TempDir()})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "e2b_") {
+		t.Errorf("bad key: %v", err)
+	}
+}

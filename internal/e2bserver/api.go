@@ -1,0 +1,713 @@
+package e2bserver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+)
+
+// maxAPIBody bounds control-plane request bodies; real ones are a few KiB
+// (metadata and env vars), so anything near this is abuse.
+const maxAPIBody = 1 << 20
+
+// defaultTimeout applies when a create request has no timeout; the OpenAPI
+// spec's default (the SDKs always send one, 300 s unless told otherwise).
+const defaultTimeout = 15 * time.Second
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	// e2b ≥ 2.4x creates and connects through /v2; older SDKs and the Python
+	// SDK use the v1 paths. Both answer the same.
+	mux.HandleFunc("POST /sandboxes", s.create)
+	mux.HandleFunc("POST /v2/sandboxes", s.create)
+	mux.HandleFunc("GET /sandboxes", s.listV1)
+	mux.HandleFunc("GET /v2/sandboxes", s.listV2)
+	mux.HandleFunc("GET /sandboxes/{id}", s.get)
+	mux.HandleFunc("DELETE /sandboxes/{id}", s.kill)
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
+	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
+	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.notSupported("sandbox metrics"))
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.notSupported("changing a running sandbox's network (choose allowInternetAccess at create)"))
+	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no route for %s %s on this server (a self-hosted E2B: sandboxes API only)", r.Method, r.URL.Path)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			s.log.Info("api", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start).Round(time.Millisecond))
+		}()
+		if !(r.Method == http.MethodGet && r.URL.Path == "/health") && !s.checkKey(r) {
+			writeError(rec, http.StatusUnauthorized, "invalid or missing API key: send X-API-Key with a key this server accepts")
+			return
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, maxAPIBody)
+		mux.ServeHTTP(rec, r)
+	})
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (s *Server) notSupported(what string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.find(w, r); !ok {
+			return
+		}
+		writeError(w, http.StatusNotImplemented, "%s is not supported by code-sandboxes serve", what)
+	}
+}
+
+// newSandbox is E2B's NewSandbox body (the fields we act on; others are
+// refused below when they ask for something we can't do).
+type newSandbox struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	AutoPause           *bool             `json:"autoPause"`
+	Network             *struct {
+		AllowOut           []string `json:"allowOut"`
+		DenyOut            []string `json:"denyOut"`
+		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+	} `json:"network"`
+	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+	MCP          json.RawMessage   `json:"mcp"`
+}
+
+// sandboxJSON is E2B's Sandbox (create and connect answers).
+type sandboxJSON struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+	TrafficAccessToken *string `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+	Alias              string  `json:"alias,omitempty"`
+}
+
+// listedSandbox is E2B's ListedSandbox; detail adds SandboxDetail's fields.
+type listedSandbox struct {
+	TemplateID   string            `json:"templateID"`
+	SandboxID    string            `json:"sandboxID"`
+	ClientID     string            `json:"clientID"`
+	Alias        string            `json:"alias,omitempty"`
+	StartedAt    time.Time         `json:"startedAt"`
+	EndAt        time.Time         `json:"endAt"`
+	CPUCount     int               `json:"cpuCount"`
+	MemoryMB     int64             `json:"memoryMB"`
+	DiskSizeMB   int64             `json:"diskSizeMB"`
+	State        string            `json:"state"`
+	EnvdVersion  string            `json:"envdVersion"`
+	Metadata     map[string]string `json:"metadata"`
+	VolumeMounts []any             `json:"volumeMounts"`
+}
+
+type sandboxDetail struct {
+	listedSandbox
+	EnvdAccessToken     string  `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess bool    `json:"allowInternetAccess"`
+	Domain              *string `json:"domain"`
+	Lifecycle           struct {
+		AutoResume bool   `json:"autoResume"`
+		OnTimeout  string `json:"onTimeout"`
+	} `json:"lifecycle"`
+}
+
+// decode reads a JSON body into v; an empty body leaves v as is when
+// allowEmpty (connect and timeout bodies are optional in some SDKs).
+func decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", mbe.Limit)
+		} else {
+			writeError(w, http.StatusBadRequest, "reading the request body: %v", err)
+		}
+		return false
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		if allowEmpty {
+			return true
+		}
+		writeError(w, http.StatusBadRequest, "the request body is empty; send a JSON object")
+		return false
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid JSON body: %v", err)
+		return false
+	}
+	return true
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req newSandbox
+	if !decode(w, r, &req, false) {
+		return
+	}
+	if !slices.Contains(templates, req.TemplateID) {
+		writeError(w, http.StatusBadRequest, "template %q is unknown; this server has: %s", req.TemplateID, strings.Join(templates, ", "))
+		return
+	}
+	lifetime := defaultTimeout
+	if req.Timeout != nil {
+		var ok bool
+		if lifetime, ok = s.timeout(w, *req.Timeout); !ok {
+			return
+		}
+	}
+	switch {
+	case req.AutoPause != nil && *req.AutoPause:
+		writeError(w, http.StatusBadRequest, "autoPause (lifecycle onTimeout 'pause') is not supported: sandboxes here are killed when their timeout ends")
+		return
+	case req.Network != nil && (len(req.Network.AllowOut) > 0 || len(req.Network.DenyOut) > 0):
+		writeError(w, http.StatusBadRequest, "network allowOut/denyOut rules are not supported; use allowInternetAccess true or false")
+		return
+	case req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic:
+		// E2B then gates sandbox traffic with a traffic access token, which
+		// this server does not issue; accepting would be a silent no-op.
+		writeError(w, http.StatusBadRequest, "network allowPublicTraffic false is not supported (no traffic access tokens); the data plane is gated by the envd access token")
+		return
+	case len(req.VolumeMounts) > 0:
+		writeError(w, http.StatusBadRequest, "volume mounts are not supported")
+		return
+	case len(req.MCP) > 0 && string(req.MCP) != "null":
+		writeError(w, http.StatusBadRequest, "MCP gateways are not supported")
+		return
+	}
+	secure := req.Secure == nil || *req.Secure // the SDKs' default, and absent from e2b ≥ 2.4x's body
+	network := s.defaultNetwork
+	if req.AllowInternetAccess != nil {
+		// The user asked explicitly: honour it either way.
+		network = sandboxes.NetworkNone
+		if *req.AllowInternetAccess {
+			network = sandboxes.NetworkAll
+		}
+	}
+	tags := map[string]string{}
+	for k, v := range req.Metadata {
+		if strings.HasPrefix(k, tagPrefix) {
+			writeError(w, http.StatusBadRequest, "metadata key %q: the prefix %q is reserved by the server", k, tagPrefix)
+			return
+		}
+		tags[k] = v
+	}
+	tags[tagTemplate] = req.TemplateID
+	if !secure {
+		tags[tagInsecure] = "true"
+	}
+	cfg := s.cfg
+	cfg.Tags = tags
+	cfg.Env = req.EnvVars
+	cfg.MaxLifetime = lifetime
+	cfg.NetworkPolicy = network
+	// The request must not be what ends the sandbox's creation half-way when
+	// the client gives up; a bounded background context does.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+	defer cancel()
+	sb, err := sandboxes.Create(ctx, cfg)
+	if err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, sandboxes.ErrInvalidConfig) || errors.Is(err, sandboxes.ErrNotSupported) || errors.Is(err, sandboxes.ErrInvalidInput) {
+			status = http.StatusBadRequest
+		}
+		writeError(w, status, "creating the sandbox: %v", err)
+		return
+	}
+	id := sb.ID()
+	// The handle only holds connections; the sandbox lives on by its lifetime.
+	_ = sb.Detach()
+	s.track(id, true)
+	resp := sandboxJSON{TemplateID: req.TemplateID, SandboxID: id, ClientID: clientID, EnvdVersion: EnvdVersion, Alias: req.TemplateID}
+	if secure {
+		tok, err := s.token(id)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "reading the new sandbox's access token: %v", err)
+			return
+		}
+		resp.EnvdAccessToken = tok
+	}
+	writeJSON(w, http.StatusCreated, resp)
+}
+
+// timeout converts E2B's seconds, bounded by MaxTimeout.
+func (s *Server) timeout(w http.ResponseWriter, secs int64) (time.Duration, bool) {
+	if secs <= 0 {
+		writeError(w, http.StatusBadRequest, "timeout must be a positive number of seconds, got %d", secs)
+		return 0, false
+	}
+	if secs > int64(s.maxTimeout/time.Second) {
+		writeError(w, http.StatusBadRequest, "timeout of %ds is longer than this server allows (%ds)", secs, int64(s.maxTimeout/time.Second))
+		return 0, false
+	}
+	return time.Duration(secs) * time.Second, true
+}
+
+// ours lists the live sandboxes created through the E2B API.
+// It also forgets tracked sandboxes that ended by themselves (their
+// timeout), so the set Shutdown kills does not grow without bound.
+func (s *Server) ours(ctx context.Context) ([]sandboxes.Info, error) {
+	// Only ids tracked before the listing may be pruned: one created while
+	// it runs is missing from it without being gone.
+	tracked := s.Created()
+	infos, err := sandboxes.List(ctx, s.cfg, sandboxes.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := infos[:0]
+	live := map[string]bool{}
+	for _, i := range infos {
+		if _, ok := i.Tags[tagTemplate]; ok && i.Status == "running" {
+			out = append(out, i)
+			live[i.ID] = true
+		}
+	}
+	for _, id := range tracked {
+		if !live[id] {
+			s.track(id, false)
+		}
+	}
+	return out, nil
+}
+
+// find resolves the {id} of the path to one of our sandboxes, answering 404
+// itself when there is none.
+func (s *Server) find(w http.ResponseWriter, r *http.Request) (sandboxes.Info, bool) {
+	id := r.PathValue("id")
+	if sandboxIDPattern.MatchString(id) {
+		infos, err := s.ours(r.Context())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
+			return sandboxes.Info{}, false
+		}
+		for _, i := range infos {
+			if i.ID == id {
+				return i, true
+			}
+		}
+	}
+	writeError(w, http.StatusNotFound, "sandbox %q not found", id)
+	return sandboxes.Info{}, false
+}
+
+func metadataOf(i sandboxes.Info) map[string]string {
+	m := map[string]string{}
+	for k, v := range i.Tags {
+		if !strings.HasPrefix(k, tagPrefix) {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// hostMemoryMB is the memory a sandbox without a limit can use.
+var hostMemoryMB = sync.OnceValue(func() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb >> 10
+		}
+	}
+	return 0
+})
+
+func listed(i sandboxes.Info) listedSandbox {
+	cpus := runtime.NumCPU()
+	if i.CPUs > 0 {
+		cpus = max(1, int(i.CPUs+0.999))
+	}
+	mem := hostMemoryMB()
+	if i.Memory > 0 {
+		mem = i.Memory >> 20
+	}
+	t := i.Tags[tagTemplate]
+	return listedSandbox{TemplateID: t, SandboxID: i.ID, ClientID: clientID, Alias: t,
+		StartedAt: i.CreatedAt.UTC(), EndAt: i.EndAt.UTC(), CPUCount: cpus, MemoryMB: mem,
+		// The sandbox's writable space: tmpfs /home/user, /files and /tmp.
+		DiskSizeMB: (isolate.DefaultHomeSize + isolate.DefaultFilesSize + isolate.DefaultTmpSize) >> 20,
+		State:      "running", EnvdVersion: EnvdVersion, Metadata: metadataOf(i), VolumeMounts: []any{}}
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	i, ok := s.find(w, r)
+	if !ok {
+		return
+	}
+	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll}
+	d.Lifecycle.OnTimeout = "kill"
+	if i.Tags[tagInsecure] != "true" {
+		if tok, err := s.token(i.ID); err == nil {
+			d.EnvdAccessToken = tok
+		}
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	i, ok := s.find(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+	defer cancel()
+	if _, err := sandboxes.Kill(ctx, s.cfg, i.ID, sandboxes.ListOptions{}); err != nil {
+		if errors.Is(err, sandboxes.ErrNotFound) {
+			writeError(w, http.StatusNotFound, "sandbox %q not found", i.ID)
+			return
+		}
+		writeError(w, http.StatusInternalServerError, "killing sandbox %s: %v", i.ID, err)
+		return
+	}
+	s.track(i.ID, false)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// extend restarts the sandbox's lifetime countdown: it ends d from now.
+func (s *Server) extend(ctx context.Context, id string, d time.Duration) error {
+	sb, err := sandboxes.Get(ctx, s.cfg, id)
+	if err != nil {
+		return err
+	}
+	defer sb.Detach()
+	return sb.SetTimeout(ctx, d)
+}
+
+func (s *Server) writeExtendError(w http.ResponseWriter, id string, err error) {
+	if errors.Is(err, sandboxes.ErrNotFound) || errors.Is(err, sandboxes.ErrUnavailable) {
+		writeError(w, http.StatusNotFound, "sandbox %q not found", id)
+		return
+	}
+	writeError(w, http.StatusInternalServerError, "setting the timeout of sandbox %s: %v", id, err)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	i, ok := s.find(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if !decode(w, r, &req, false) {
+		return
+	}
+	if req.Timeout == nil {
+		writeError(w, http.StatusBadRequest, "timeout (seconds) is required")
+		return
+	}
+	d, ok := s.timeout(w, *req.Timeout)
+	if !ok {
+		return
+	}
+	if err := s.extend(r.Context(), i.ID, d); err != nil {
+		s.writeExtendError(w, i.ID, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// refresh is the deprecated POST /sandboxes/{id}/refreshes {"duration": s}.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	i, ok := s.find(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Duration *int64 `json:"duration"`
+	}
+	if !decode(w, r, &req, true) {
+		return
+	}
+	secs := int64(60) // the spec's default duration
+	if req.Duration != nil {
+		secs = *req.Duration
+	}
+	d, ok := s.timeout(w, secs)
+	if !ok {
+		return
+	}
+	if err := s.extend(r.Context(), i.ID, d); err != nil {
+		s.writeExtendError(w, i.ID, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect answers the Sandbox of a running sandbox (200); like E2B, a timeout
+// only ever extends the sandbox's life, never shortens it.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	i, ok := s.find(w, r)
+	if !ok {
+		return
+	}
+	var req struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if !decode(w, r, &req, true) {
+		return
+	}
+	if req.Timeout != nil {
+		d, ok := s.timeout(w, *req.Timeout)
+		if !ok {
+			return
+		}
+		if time.Now().Add(d).After(i.EndAt) {
+			if err := s.extend(r.Context(), i.ID, d); err != nil {
+				s.writeExtendError(w, i.ID, err)
+				return
+			}
+		}
+	}
+	t := i.Tags[tagTemplate]
+	resp := sandboxJSON{TemplateID: t, SandboxID: i.ID, ClientID: clientID, EnvdVersion: EnvdVersion, Alias: t}
+	if i.Tags[tagInsecure] != "true" {
+		tok, err := s.token(i.ID)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "reading the sandbox's access token: %v", err)
+			return
+		}
+		resp.EnvdAccessToken = tok
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// resume (deprecated) resumes paused sandboxes; ours never are.
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
+	i, ok := s.find(w, r)
+	if !ok {
+		return
+	}
+	writeError(w, http.StatusConflict, "sandbox %q is already running (sandboxes here are never paused)", i.ID)
+}
+
+// listV1 is the deprecated GET /sandboxes: every running sandbox, filtered by
+// metadata, unpaginated.
+func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	meta, err := parseMetadataQuery(q.Get("metadata"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	infos, err := s.ours(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
+		return
+	}
+	out := []listedSandbox{}
+	for _, i := range infos {
+		if matchMetadata(i, meta) {
+			out = append(out, listed(i))
+		}
+	}
+	slices.SortFunc(out, newestFirst)
+	writeJSON(w, http.StatusOK, out)
+}
+
+func newestFirst(a, b listedSandbox) int {
+	if c := b.StartedAt.Compare(a.StartedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.SandboxID, b.SandboxID)
+}
+
+// parseMetadataQuery decodes the metadata filter: a query string inside a
+// query parameter whose keys and values the SDKs additionally
+// percent-encode (JS: encodeURIComponent, then URLSearchParams), so it is
+// unescaped twice, as E2B's API does.
+func parseMetadataQuery(raw string) (map[string]string, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, fmt.Errorf("metadata filter %q: %v (send key=value pairs joined by &)", raw, err)
+	}
+	out := map[string]string{}
+	for k, vs := range vals {
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			key = k // as for values below
+		}
+		for _, v := range vs {
+			val, err := url.QueryUnescape(v)
+			if err != nil {
+				// Python's SDK encodes once, not twice: a value such as
+				// "50%" arrives decoded already and is taken as it is.
+				val = v
+			}
+			if old, dup := out[key]; dup && old != val {
+				return nil, fmt.Errorf("metadata filter key %q is given twice with different values", key)
+			}
+			out[key] = val
+		}
+	}
+	return out, nil
+}
+
+func matchMetadata(i sandboxes.Info, want map[string]string) bool {
+	for k, v := range want {
+		if strings.HasPrefix(k, tagPrefix) {
+			return false
+		}
+		if got, ok := i.Tags[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 100
+)
+
+// listV2 is GET /v2/sandboxes: metadata, state, template and startedAfter
+// filters, newest first (order=asc reverses), limit plus X-Next-Token paging.
+func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	meta, err := parseMetadataQuery(q.Get("metadata"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	wantRunning := true
+	if states := q["state"]; len(states) > 0 {
+		wantRunning = false
+		for _, st := range states {
+			for p := range strings.SplitSeq(st, ",") {
+				switch strings.TrimSpace(p) {
+				case "running":
+					wantRunning = true
+				case "paused":
+				default:
+					writeError(w, http.StatusBadRequest, "state %q is unknown; use running or paused", p)
+					return
+				}
+			}
+		}
+	}
+	limit := defaultListLimit
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxListLimit {
+			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", l, maxListLimit)
+			return
+		}
+		limit = n
+	}
+	var after time.Time
+	if sa := q.Get("startedAfter"); sa != "" {
+		if after, err = time.Parse(time.RFC3339Nano, sa); err != nil {
+			writeError(w, http.StatusBadRequest, "startedAfter %q: use an RFC 3339 time", sa)
+			return
+		}
+	}
+	asc := false
+	switch o := strings.ToLower(q.Get("order")); o {
+	case "", "desc":
+	case "asc":
+		asc = true
+	default:
+		writeError(w, http.StatusBadRequest, "order %q: use asc or desc", o)
+		return
+	}
+	var cursor *listedSandbox
+	if tok := q.Get("nextToken"); tok != "" {
+		c, err := decodeCursor(tok)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "nextToken %q is invalid: pass the X-Next-Token of a previous answer", tok)
+			return
+		}
+		cursor = &c
+	}
+	template := q.Get("template")
+
+	out := []listedSandbox{}
+	if wantRunning {
+		infos, err := s.ours(r.Context())
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
+			return
+		}
+		for _, i := range infos {
+			if matchMetadata(i, meta) && (template == "" || i.Tags[tagTemplate] == template) && (after.IsZero() || i.CreatedAt.After(after)) {
+				out = append(out, listed(i))
+			}
+		}
+	}
+	cmp := newestFirst
+	if asc {
+		cmp = func(a, b listedSandbox) int { return newestFirst(b, a) }
+	}
+	slices.SortFunc(out, cmp)
+	if cursor != nil {
+		// Resume strictly after the cursor, which need not exist any more
+		// (killed since), so compare rather than look it up.
+		n := 0
+		for n < len(out) && cmp(out[n], *cursor) <= 0 {
+			n++
+		}
+		out = out[n:]
+	}
+	if len(out) > limit {
+		out = out[:limit]
+		w.Header().Set("X-Next-Token", encodeCursor(out[limit-1]))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// A cursor is the sort key of the last sandbox of a page.
+func encodeCursor(l listedSandbox) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(l.StartedAt.UnixNano(), 10) + "." + l.SandboxID))
+}
+
+func decodeCursor(tok string) (listedSandbox, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return listedSandbox{}, err
+	}
+	ns, id, ok := strings.Cut(string(b), ".")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || !sandboxIDPattern.MatchString(id) {
+		return listedSandbox{}, errors.New("malformed cursor")
+	}
+	return listedSandbox{StartedAt: time.Unix(0, n).UTC(), SandboxID: id}, nil
+}

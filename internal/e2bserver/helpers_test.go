@@ -1,0 +1,78 @@
+package e2bserver
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+)
+
+const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
+
+// testServer runs a Server on 127.0.0.1:0 over a fresh runtime directory and
+// tears it down (killing its sandboxes) at the end of the test. The test
+// binary itself becomes each sandbox's agent: importing the sandboxes
+// package makes it re-executable in that role.
+func testServer(t *testing.T, o Options) (*Server, string) {
+	t.Helper()
+	rt, err := os.MkdirTemp("", "cs-e2b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.APIKeys) == 0 {
+		o.APIKeys = []string{testKey}
+	}
+	o.Config.Local.RuntimeDir = rt
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, ln, false) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("server shutdown: %v", err)
+			}
+		case <-time.After(90 * time.Second):
+			t.Error("server did not shut down")
+		}
+		// Everything the server created must be gone with it.
+		if ents, _ := os.ReadDir(rt); len(ents) != 0 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Errorf("sandboxes left behind: %s", strings.Join(names, ", "))
+			for _, n := range names {
+				_, _ = sandboxes.Kill(context.Background(), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, n, sandboxes.ListOptions{})
+			}
+		}
+		os.RemoveAll(rt)
+	})
+	return s, "http://" + ln.Addr().String()
+}
+
+// needSandboxes skips (or, in CI, fails) when this machine can't run local
+// sandboxes.
+func needSandboxes(t *testing.T) {
+	t.Helper()
+	if err := isolate.CheckSupport(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("local sandboxes are not supported here: %v", err)
+		}
+		t.Skipf("local sandboxes are not supported here: %v", err)
+	}
+}

@@ -1,0 +1,46 @@
+package e2bserver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Run serves on ln until ctx ends, then shuts down: it stops accepting,
+// gives open requests a grace period (executions and process streams can be
+// long, so they are cut after it), and kills the sandboxes it created unless
+// keep is set.
+func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
+	hs := &http.Server{
+		Handler: s,
+		// No read or write timeouts: NDJSON executions, Connect streams and
+		// uploads legitimately last long; the header timeout stops slowloris.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if hs.Shutdown(sctx) != nil {
+			_ = hs.Close()
+		}
+		cancel()
+		<-errc
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if !keep {
+		kctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = errors.Join(err, s.KillCreated(kctx))
+	}
+	return err
+}
