@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -97,7 +98,14 @@ func evtFrame(payload string) string {
 // and every variable access must return (KernelDied), and the session must
 // recover afterwards.
 func TestRepeatedKernelDeathsNeverHang(t *testing.T) {
-	s := newTestSession(t, func(o *Options) { o.KillGrace = 500 * time.Millisecond })
+	if _, err := os.Stat(testPython); err != nil {
+		t.Skip("no " + testPython)
+	}
+	s := NewSession(Options{Python: testPython, Cwd: t.TempDir(), ScriptDir: scriptDir(t), KillGrace: 500 * time.Millisecond})
+	t.Cleanup(func() {
+		// Close waits for the kernel to be reaped: bounded too.
+		guard(t, 15*time.Second, "Close", func() { s.Close() })
+	})
 	deaths := []struct{ name, code string }{
 		{"garbage right after start", "import os\nos.write(4, b'garbage garbage')"},
 		{"exit right after start", "import os\nos._exit(3)"},

@@ -15,7 +15,14 @@
 # writes a sync marker MARK + token + b":" + epoch + b"\x1f" to both pipes and
 # tags the frame with that epoch; Go emits a frame only after it has read each
 # pipe up to the frame's marker, and holds back pipe data after a marker until
-# the frame is processed. That gives one ordered stream without buffering.
+# the frame is processed. That gives one ordered stream.
+#
+# Python-level output is line buffered so print("hi") reaches Go as one
+# "hi\n" chunk, like Jupyter's: the pending text (one stream at a time) is
+# written up to its last newline, all of it past _BUF_MAX, on flush(), before
+# every frame, before child processes start (fork, os.system, subprocess), and
+# by a daemon thread _FLUSH_DELAY after a partial line, so print(end="") still
+# shows live.
 #
 # Startup cost matters: import nothing heavy here; json, traceback, asyncio,
 # base64 helpers etc. are imported lazily when a cell needs them.
@@ -38,6 +45,10 @@ _ONLY_AST = 0x400  # ast.PyCF_ONLY_AST
 _CO_COROUTINE = 0x80
 
 
+_BUF_MAX = 64 << 10
+_FLUSH_DELAY = 0.05
+
+
 class _State:
     token = b""
     max_event = 32 << 20
@@ -47,13 +58,16 @@ class _State:
     busy = False  # a command from Go is running: SIGINT raises
     crit = False  # main thread is writing a frame: defer SIGINT
     pending = False  # SIGINT arrived during crit
+    buf = bytearray()  # Python-level output not yet written (a partial line)
+    bufw = 1  # its stream
+    armed = False  # a flusher thread will flush buf soon
     loop = None  # asyncio loop for top-level await, created on demand
     cells = {}  # filename -> source, registered in linecache lazily
     ns = None
 
 
 _st = _State()
-_lock = _thread.allocate_lock()
+_lock = _thread.allocate_lock()  # guards pipe writes, frames and the buffer
 _OUT = os.dup(1)  # private dups: user code redirecting fd 1/2 can't hide markers
 _ERR = os.dup(2)
 for _fd in (_CMD_FD, _EVT_FD):
@@ -134,6 +148,8 @@ def _send(obj):
         if main:
             _st.crit = True
         try:
+            if _st.buf:
+                _flush_locked(False)
             mask = _marker_locked()
             payload = ('{"e":%d,"m":%d,%s' % (_st.epoch, mask, body[1:])).encode()
             _write_all(_EVT_FD, _MAGIC + len(payload).to_bytes(4, "big") + payload)
@@ -147,27 +163,138 @@ def _send(obj):
             raise KeyboardInterrupt
 
 
+def _sync_locked(main):
+    """Python-level output switches stream: a sync point so Go keeps the order."""
+    if main:
+        _st.crit = True
+    try:
+        mask = _marker_locked()
+        payload = b'{"e":%d,"m":%d,"t":"sync"}' % (_st.epoch, mask)
+        _write_all(_EVT_FD, _MAGIC + len(payload).to_bytes(4, "big") + payload)
+    finally:
+        if main:
+            _st.crit = False
+
+
+def _out_locked(which, data, main):
+    """Write Python-level output to its pipe (caller holds _lock)."""
+    if _st.last is not None and _st.last != which:
+        _sync_locked(main)
+    _st.last = which
+    _write_all(_OUT if which == 1 else _ERR, data)
+
+
+def _flush_locked(main):
+    """Write out the pending partial line. It leaves the buffer first, so an
+    interrupt in the middle of the write loses no more than that write."""
+    data = bytes(_st.buf)
+    _st.buf.clear()
+    _out_locked(_st.bufw, data, main)
+
+
 def _stream_write(which, data):
-    fd = _OUT if which == 1 else _ERR
     main = _thread.get_ident() == _MAIN_THREAD
     with _lock:
-        if _st.last is not None and _st.last != which:
-            # Switching stream: a sync point so Go keeps the order.
-            if main:
-                _st.crit = True
-            try:
-                mask = _marker_locked()
-                payload = b'{"e":%d,"m":%d,"t":"sync"}' % (_st.epoch, mask)
-                _write_all(_EVT_FD, _MAGIC + len(payload).to_bytes(4, "big") + payload)
-            finally:
-                if main:
-                    _st.crit = False
-        _st.last = which
-        _write_all(fd, data)
+        buf = _st.buf
+        if buf and _st.bufw != which:
+            _flush_locked(main)
+        # Write up to the last newline (everything once the pending text
+        # would exceed _BUF_MAX); keep the rest for later.
+        cut = data.rfind(b"\n") + 1
+        if len(buf) + len(data) - cut > _BUF_MAX:
+            cut = len(data)
+        if cut:
+            if buf:
+                head = bytes(buf) + memoryview(data)[:cut]
+                buf.clear()
+            else:
+                head = data if cut == len(data) else memoryview(data)[:cut]
+            _out_locked(which, head, main)
+        if cut < len(data):
+            buf += memoryview(data)[cut:]
+            _st.bufw = which
+            if not _st.armed:
+                _st.armed = True
+                _arm_flusher()
     if main and _st.pending:
         _st.pending = False
         if _st.busy:
             raise KeyboardInterrupt
+
+
+def _flush_streams():
+    """Write out pending Python-level output (sys.stdout/stderr.flush())."""
+    if not _st.buf:
+        return
+    main = _thread.get_ident() == _MAIN_THREAD
+    with _lock:
+        if _st.buf:
+            _flush_locked(main)
+    if main and _st.pending:
+        _st.pending = False
+        if _st.busy:
+            raise KeyboardInterrupt
+
+
+def _arm_flusher():
+    """Start a thread that writes the partial line soon (caller holds _lock).
+    It lives only _FLUSH_DELAY, at most one at a time: no thread lingers
+    (Python 3.12+ warns about os.fork() in a multi-threaded process)."""
+    try:
+        _thread.start_new_thread(_flusher, ())
+    except RuntimeError:  # no threads left: the next write or frame flushes
+        _st.armed = False
+
+
+def _flusher():
+    from time import sleep
+
+    sleep(_FLUSH_DELAY)
+    with _lock:
+        _st.armed = False
+        if _st.buf:
+            try:
+                _flush_locked(False)
+            except Exception:
+                pass
+
+
+def _before_fork():
+    # Write pending output so the child can't print it again. _lock is not
+    # held across the fork: Python 3.12 warns about forking with threads
+    # (the flusher) before running the after-fork hooks, and that warning
+    # is written to sys.stderr.
+    try:
+        with _lock:
+            if _st.buf:
+                _flush_locked(_thread.get_ident() == _MAIN_THREAD)
+    except Exception:
+        pass
+
+
+def _after_fork_child():
+    # Only the forking thread exists in the child: another thread may have
+    # held _lock or left a partial line at the moment of the fork.
+    global _lock
+    _lock = _thread.allocate_lock()
+    _st.buf.clear()
+    _st.armed = False
+
+
+def _flushing(f):
+    """Wrap f (which starts a child process) to write pending output first."""
+
+    def wrapper(*args, **kwargs):
+        _flush_streams()
+        return f(*args, **kwargs)
+
+    for a in ("__module__", "__name__", "__qualname__", "__doc__"):
+        try:
+            setattr(wrapper, a, getattr(f, a))
+        except (AttributeError, TypeError):
+            pass
+    wrapper.__wrapped__ = f
+    return wrapper
 
 
 class _BinStream(io.RawIOBase):
@@ -183,12 +310,16 @@ class _BinStream(io.RawIOBase):
             _stream_write(self._which, b)
         return len(b)
 
+    def flush(self):
+        _flush_streams()
+
     def fileno(self):
         return self._which
 
 
 class _Stream(io.TextIOBase):
-    """sys.stdout/sys.stderr: unbuffered, so print(..., end='') shows live."""
+    """sys.stdout/sys.stderr: line buffered, and a partial line is written
+    after _FLUSH_DELAY, so print(..., end='') still shows live."""
 
     def __init__(self, which, name):
         self._which = which
@@ -198,7 +329,7 @@ class _Stream(io.TextIOBase):
     name = property(lambda self: self._name)
     encoding = property(lambda self: "utf-8")
     errors = property(lambda self: "backslashreplace")
-    line_buffering = property(lambda self: False)
+    line_buffering = property(lambda self: True)
 
     def writable(self):
         return True
@@ -210,7 +341,7 @@ class _Stream(io.TextIOBase):
         return self._which
 
     def flush(self):
-        pass
+        _flush_streams()
 
     def write(self, s):
         if not isinstance(s, str):
@@ -406,14 +537,20 @@ def _patch_module(name, module):
         module.show = _plt_show
     elif name == "IPython.core.display_functions":
         module.display = display
+    elif name == "subprocess":
+        popen = getattr(module, "Popen", None)
+        f = getattr(popen, "_execute_child", None)
+        if f is not None:
+            popen._execute_child = _flushing(f)
 
 
 class _ImportHook:
     """Meta-path finder that reacts to a few imports without importing them
     itself: MPLBACKEND=Agg before matplotlib loads, and patches pyplot.show /
-    IPython's display() right after their modules run."""
+    IPython's display() / subprocess (flush output before a child starts)
+    right after their modules run."""
 
-    names = ("matplotlib", "matplotlib.pyplot", "IPython.core.display_functions")
+    names = ("matplotlib", "matplotlib.pyplot", "IPython.core.display_functions", "subprocess")
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.names:
@@ -681,6 +818,11 @@ def _main():
     sys.stderr = _Stream(2, "<stderr>")
     sys.argv = [""]
     sys.meta_path.insert(0, _ImportHook())
+    for name in ("system", "posix_spawn", "posix_spawnp"):
+        f = getattr(os, name, None)
+        if f is not None:
+            setattr(os, name, _flushing(f))
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
     handlers = {b"exec": _cmd_exec, b"get": _cmd_get, b"set": _cmd_set}
     while True:
         try:

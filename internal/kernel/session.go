@@ -106,7 +106,10 @@ const (
 type Event struct {
 	Type string
 
-	// stdout / stderr: a chunk (not necessarily a line) and when Go read it.
+	// stdout / stderr: a chunk and when Go read it. Python-level output
+	// comes in whole lines (print("hi") is one "hi\n"), except a partial
+	// line, written on flush(), before a result/error/child process, or
+	// 50 ms after it was printed; child processes' output comes as read.
 	Text      string
 	Timestamp time.Time
 
