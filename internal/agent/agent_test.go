@@ -410,3 +410,35 @@ func (t tokenInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) 
 func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
+
+// TestDisconnectInterrupts: a client that goes away interrupts its own
+// execution (the context stays usable, state kept), and only its own.
+func TestDisconnectInterrupts(t *testing.T) {
+	a := startAgent(t, "")
+	_ = a.c.Execute(ctx(t), client.ExecuteRequest{Code: "kept = 1"}, func(client.Line) {})
+	cctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	go func() {
+		_ = a.c.Execute(cctx, client.ExecuteRequest{Code: "import time\nprint('go', flush=True)\nwhile True: time.sleep(0.05)"}, func(l client.Line) {
+			if l.Type == "stdout" {
+				close(started)
+			}
+		})
+	}()
+	<-started
+	cancel()
+	for i := 0; i < 20; i++ {
+		var text string
+		err := a.c.Execute(ctx(t), client.ExecuteRequest{Code: "kept + 1"}, func(l client.Line) {
+			if l.Type == "result" {
+				_ = json.Unmarshal(l.Data["text"], &text)
+			}
+			if l.Type == "error" {
+				t.Errorf("execution %d after the disconnect got %s: %s", i, l.Name, l.Value)
+			}
+		})
+		if err != nil || text != "2" {
+			t.Fatalf("execution %d: %q %v", i, text, err)
+		}
+	}
+}

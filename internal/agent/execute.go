@@ -141,10 +141,9 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// A client that disconnects interrupts its execution, as E2B's server does,
 	// but we still let the kernel finish cleanly so the context stays usable.
-	stop := context.AfterFunc(r.Context(), func() { cc.session.Interrupt() })
-	defer stop()
-
-	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars}
+	// The interrupt is scoped to this execution: the disconnect notice can
+	// arrive after it ended, when another request's cell is running.
+	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars, Interrupt: r.Context().Done()}
 	if req.Timeout > 0 {
 		kreq.Timeout = time.Duration(req.Timeout * float64(time.Second))
 	}

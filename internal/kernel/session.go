@@ -135,6 +135,10 @@ type Request struct {
 	// Timeout > 0 interrupts the execution after that long, and kills the
 	// kernel if it has not stopped KillGrace later.
 	Timeout time.Duration
+	// Interrupt, when it closes during this execution, interrupts it (like
+	// Interrupt, but only this execution: a late signal can't reach the next
+	// one). Nil = never.
+	Interrupt <-chan struct{}
 }
 
 // Outcome summarises how an execution ended.
@@ -345,7 +349,7 @@ func (s *Session) Execute(ctx context.Context, req Request, emit func(Event)) (O
 	defer s.running.Store(nil)
 	go k.write(encodeCommand(fields...))
 
-	w := &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout, exec: true}
+	w := &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout, exec: true, intrC: req.Interrupt}
 	res := w.wait(ctx)
 	out.ExitCode = res.exit
 	out.Error = w.sawError
@@ -400,6 +404,7 @@ type waiter struct {
 	maxOut  int64
 	timeout time.Duration
 	exec    bool // an execution (acknowledges its start), not a get/set
+	intrC   <-chan struct{}
 
 	sent, dropped int64
 	sawError      bool
@@ -485,6 +490,9 @@ func (w *waiter) wait(ctx context.Context) waitResult {
 			if graceC == nil {
 				stop()
 			}
+		case <-w.intrC:
+			w.intrC = nil
+			w.s.interrupt(w.k)
 		case <-done:
 			done = nil
 			w.cancelled = true
