@@ -302,13 +302,17 @@ func idleMemory(rt string) float64 {
 func tree(root int) []int {
 	out := []int{root}
 	for i := 0; i < len(out); i++ {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", out[i], out[i]))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(f); err == nil {
-				out = append(out, p)
+		// children is per thread: a Go parent forks from any of its threads.
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, t := range tasks {
+			b, err := os.ReadFile(t)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if p, err := strconv.Atoi(f); err == nil {
+					out = append(out, p)
+				}
 			}
 		}
 	}
