@@ -88,6 +88,29 @@ type Config struct {
 	PackageIndex string
 
 	Local LocalConfig
+	E2B   E2BConfig
+}
+
+// E2BConfig holds settings of the e2b variant (E2B's cloud or any
+// E2B-compatible host, such as code-sandboxes serve). Empty values are read
+// as E2B's SDKs do: APIKey from $E2B_API_KEY, Domain from $E2B_DOMAIN
+// (default e2b.app), APIURL from $E2B_API_URL (default https://api.<domain>),
+// SandboxURL from $E2B_SANDBOX_URL, Debug from $E2B_DEBUG=true.
+type E2BConfig struct {
+	APIKey string
+	Domain string
+	// Template is the E2B template; default code-interpreter-v1 (or Environment).
+	Template string
+	// AllowInternetAccess applies when NetworkPolicy is empty; nil = true.
+	AllowInternetAccess *bool
+	// Secure asks for an envd access token; nil = true.
+	Secure     *bool
+	APIURL     string
+	SandboxURL string
+	Debug      bool
+	// ListAll makes List and Get see every sandbox of the team, not only
+	// those created by code-sandboxes.
+	ListAll bool
 }
 
 // LocalConfig holds settings of the local variant.
@@ -157,6 +180,9 @@ func (c Config) spec() (driver.Spec, error) {
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
 		AllowedHosts: c.AllowedHosts, Packages: c.Packages, PackageIndex: c.PackageIndex,
 		Local: driver.LocalSpec{RuntimeDir: c.Local.RuntimeDir, Python: c.Local.Python},
+		E2B: driver.E2BSpec{APIKey: c.E2B.APIKey, Domain: c.E2B.Domain, Template: c.E2B.Template,
+			AllowInternetAccess: c.E2B.AllowInternetAccess, Secure: c.E2B.Secure, APIURL: c.E2B.APIURL,
+			SandboxURL: c.E2B.SandboxURL, Debug: c.E2B.Debug, ListAll: c.E2B.ListAll},
 	}
 	if s.Variant == "" {
 		s.Variant = "local"

@@ -28,12 +28,23 @@ type Spec struct {
 	PackageIndex string
 	// Variant-specific settings, typed by each variant.
 	Local LocalSpec
+	E2B   E2BSpec
 }
 
 // LocalSpec holds the local variant's own settings.
 type LocalSpec struct {
 	RuntimeDir string // where sandboxes keep their records and sockets
 	Python     string // interpreter inside the sandbox; "" = python3 from PATH
+}
+
+// E2BSpec holds the e2b variant's own settings; empty strings mean the
+// SDKs' environment variables (E2B_API_KEY, E2B_DOMAIN, …) and defaults.
+type E2BSpec struct {
+	APIKey, Domain, Template string
+	AllowInternetAccess      *bool // nil = true
+	Secure                   *bool // nil = true
+	APIURL, SandboxURL       string
+	Debug, ListAll           bool
 }
 
 // Info describes a sandbox.

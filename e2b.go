@@ -1,0 +1,5 @@
+package sandboxes
+
+import "github.com/code-sandboxes/code-sandboxes/internal/e2b"
+
+func init() { register(e2b.Variant{}) }

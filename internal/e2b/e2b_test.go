@@ -1,0 +1,311 @@
+package e2b_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+)
+
+// TestMain: the test binary is also the sandboxes' agent and supervisor
+// (the in-process server creates local sandboxes by re-executing it).
+func TestMain(m *testing.M) {
+	local.Main()
+	os.Exit(m.Run())
+}
+
+const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
+
+// e2bServer runs our E2B-compatible server on 127.0.0.1:0 over a fresh
+// runtime directory; at the end it shuts down, killing what it created, and
+// the test fails if any sandbox was left behind.
+func e2bServer(t *testing.T) string {
+	t.Helper()
+	if err := isolate.CheckSupport(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("local sandboxes are not supported here: %v", err)
+		}
+		t.Skipf("local sandboxes are not supported here: %v", err)
+	}
+	rt, err := os.MkdirTemp("", "cs-e2bv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey},
+		Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, ln, false) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("server shutdown: %v", err)
+			}
+		case <-time.After(90 * time.Second):
+			t.Error("server did not shut down")
+		}
+		if ents, _ := os.ReadDir(rt); len(ents) != 0 {
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+				_, _ = sandboxes.Kill(context.Background(), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, e.Name(), sandboxes.ListOptions{})
+			}
+			t.Errorf("sandboxes left behind: %s", strings.Join(names, ", "))
+		}
+		os.RemoveAll(rt)
+	})
+	return "http://" + ln.Addr().String()
+}
+
+func serverConfig(url string) sandboxes.Config {
+	return sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: url, SandboxURL: url}}
+}
+
+func hasRich() bool {
+	// The sandbox's python3 is the host's /usr/bin/python3.
+	return exec.Command("/usr/bin/python3", "-c", "import numpy, matplotlib").Run() == nil
+}
+
+// TestConformanceAgainstOurServer runs the whole suite through E2B's
+// protocols: our variant → our server's API and data-plane proxy → the
+// local sandbox's agent (which has the /x/ extensions).
+func TestConformanceAgainstOurServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	url := e2bServer(t)
+	sandboxestest.Run(t, serverConfig(url), sandboxestest.Options{Rich: hasRich()})
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestAgainstOurServer covers what the suite does not: refusals, the
+// reported network, names and metadata, vanished sandboxes.
+func TestAgainstOurServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	url := e2bServer(t)
+	ctx := ctxT(t, 5*time.Minute)
+	cfg := serverConfig(url)
+
+	t.Run("AllowlistRefusedWithServersReason", func(t *testing.T) {
+		c := cfg
+		c.NetworkPolicy, c.AllowedHosts = sandboxes.NetworkAllowlist, []string{"pypi.org"}
+		_, err := sandboxes.Create(ctx, c)
+		t.Log(err)
+		if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "allowOut") {
+			t.Fatalf("allowlist = %v, want ErrInvalidConfig with the server's reason", err)
+		}
+	})
+
+	t.Run("LimitsRefused", func(t *testing.T) {
+		for _, mod := range []func(*sandboxes.Config){
+			func(c *sandboxes.Config) { c.Memory = 512 << 20 },
+			func(c *sandboxes.Config) { c.CPU = 1 },
+			func(c *sandboxes.Config) { c.Pids = 100 },
+		} {
+			c := cfg
+			mod(&c)
+			if _, err := sandboxes.Create(ctx, c); !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "E2B") {
+				t.Errorf("limit: %v, want ErrNotSupported with a reason", err)
+			}
+		}
+	})
+
+	t.Run("NetworkNoneNameTagsEnvWorkdir", func(t *testing.T) {
+		c := cfg
+		c.NetworkPolicy = sandboxes.NetworkNone
+		c.Name = "e2b-variant-test"
+		c.Tags = map[string]string{"team": "ai"}
+		c.Env = map[string]string{"CS_E2B": "yes"}
+		c.WorkingDir = "/home/user/work"
+		c.MaxLifetime = 10 * time.Minute
+		sb, err := sandboxes.Create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		info, err := sb.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Name != c.Name || info.Tags["team"] != "ai" || info.Network != "none" || info.Variant != "e2b" || len(info.Tags) != 1 {
+			t.Errorf("info = %+v", info)
+		}
+		if d := time.Until(info.EndAt); d < 9*time.Minute || d > 11*time.Minute {
+			t.Errorf("ends in %s, want about 10m", d)
+		}
+		ex, err := sb.RunCode(ctx, "import os; print(os.environ.get('CS_E2B'), os.getcwd())")
+		if err != nil || strings.TrimSpace(ex.Stdout()) != "yes /home/user/work" {
+			t.Errorf("env/workdir = %q, %v (error %v)", ex.Stdout(), err, ex.Error)
+		}
+		ex, _ = sb.RunCode(ctx, "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); print('open')\nexcept OSError: print('closed')")
+		if strings.TrimSpace(ex.Stdout()) != "closed" {
+			t.Errorf("network none reaches out: %q", ex.Stdout())
+		}
+		// Listed only with the right filters; other code-sandboxes users'
+		// sandboxes are not ours unless ListAll.
+		list, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{Name: c.Name})
+		if err != nil || len(list) != 1 || list[0].ID != sb.ID() {
+			t.Errorf("list by name = %+v, %v", list, err)
+		}
+		list, err = sandboxes.List(ctx, cfg, sandboxes.ListOptions{Tags: map[string]string{"team": "other"}})
+		if err != nil || len(list) != 0 {
+			t.Errorf("list by another tag = %+v, %v", list, err)
+		}
+	})
+
+	t.Run("VanishedSandbox", func(t *testing.T) {
+		sb, err := sandboxes.Create(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := sb.ID()
+		if _, err := sandboxes.Kill(ctx, cfg, id, sandboxes.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = sb.RunCode(ctx, "1")
+		t.Log(err)
+		if !errors.Is(err, sandboxes.ErrNotFound) || !strings.Contains(err.Error(), "expired or was killed") {
+			t.Errorf("RunCode on a killed sandbox = %v, want ErrNotFound saying it expired or was killed", err)
+		}
+		if _, err := sb.Files().ReadBytes(ctx, "/etc/hostname"); !errors.Is(err, sandboxes.ErrNotFound) {
+			t.Errorf("read file on a killed sandbox = %v, want ErrNotFound", err)
+		}
+		if _, err := sb.Commands().Run(ctx, "true"); !errors.Is(err, sandboxes.ErrNotFound) {
+			t.Errorf("command on a killed sandbox = %v, want ErrNotFound", err)
+		}
+		if ok, err := sb.Files().Exists(ctx, "/etc/hostname"); ok || err == nil {
+			t.Errorf("exists on a killed sandbox = %v, %v; want an error", ok, err)
+		}
+		if err := sb.SetTimeout(ctx, time.Minute); !errors.Is(err, sandboxes.ErrNotFound) || !strings.Contains(err.Error(), "expired or was killed") {
+			t.Errorf("SetTimeout on a killed sandbox = %v", err)
+		}
+		if _, err := sb.Info(ctx); !errors.Is(err, sandboxes.ErrNotFound) {
+			t.Errorf("Info on a killed sandbox = %v", err)
+		}
+		if err := sb.Close(); err != nil {
+			t.Errorf("Close on a killed sandbox = %v", err)
+		}
+	})
+
+	t.Run("Packages", func(t *testing.T) {
+		sandboxestest.Require(t, exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run() == nil, "Debian's python3-pip (make deps)")
+		index := serveWheel(t, "cs-e2b-demo", "cs_e2b_demo", "VALUE = 42\n")
+		c := cfg
+		c.Packages, c.PackageIndex = []string{"cs-e2b-demo==1.0"}, index
+		sb, err := sandboxes.Create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		ex, err := sb.RunCode(ctx, "import cs_e2b_demo\ncs_e2b_demo.VALUE")
+		if err != nil || ex.Text() != "42" {
+			t.Fatalf("installed package: %q %v %v", ex.Text(), ex.Error, err)
+		}
+		c.Packages = []string{"cs-e2b-missing"}
+		if _, err := sandboxes.Create(ctx, c); !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "cs-e2b-missing") {
+			t.Errorf("missing package = %v", err)
+		}
+	})
+
+	t.Run("InsecureAndEnvironments", func(t *testing.T) {
+		c := cfg
+		no := false
+		c.E2B.Secure = &no
+		c.Environment = "e2b-code-interpreter"
+		sb, err := sandboxes.Create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		if ex, err := sb.RunCode(ctx, "6 * 7"); err != nil || ex.Text() != "42" {
+			t.Errorf("insecure sandbox: %v %v", ex, err)
+		}
+		envs, err := sandboxes.ListEnvironments(ctx, cfg)
+		if err != nil || len(envs) != 1 || envs[0].Name != "e2b-code-interpreter" || envs[0].Variant != "e2b" {
+			t.Errorf("environments = %+v, %v", envs, err)
+		}
+	})
+
+	t.Run("WrongKey", func(t *testing.T) {
+		c := cfg
+		c.E2B.APIKey = "e2b_" + strings.Repeat("f", 40)
+		_, err := sandboxes.Create(ctx, c)
+		t.Log(err)
+		if !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "Config.E2B.APIKey") {
+			t.Errorf("wrong key = %v", err)
+		}
+	})
+}
+
+// serveWheel serves a PEP 503 index on loopback with one pure-Python wheel
+// (version 1.0) whose module has the given source.
+func serveWheel(t *testing.T, project, module, source string) string {
+	t.Helper()
+	dist := strings.ReplaceAll(project, "-", "_")
+	info := dist + "-1.0.dist-info"
+	files := map[string]string{
+		module + "/__init__.py": source,
+		info + "/METADATA":      "Metadata-Version: 2.1\nName: " + project + "\nVersion: 1.0\n",
+		info + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: code-sandboxes-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	var buf bytes.Buffer
+	z := zip.NewWriter(&buf)
+	var record strings.Builder
+	for name, content := range files {
+		w, _ := z.Create(name)
+		_, _ = w.Write([]byte(content))
+		sum := sha256.Sum256([]byte(content))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
+	}
+	fmt.Fprintf(&record, "%s/RECORD,,\n", info)
+	w, _ := z.Create(info + "/RECORD")
+	_, _ = w.Write([]byte(record.String()))
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wheel := buf.Bytes()
+	file := dist + "-1.0-py3-none-any.whl"
+	sum := sha256.Sum256(wheel)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/simple/"+project+"/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `<html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`, file, hex.EncodeToString(sum[:]), file)
+	})
+	mux.HandleFunc("/files/"+file, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(wheel) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/simple/"
+}
