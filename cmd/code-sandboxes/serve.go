@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
@@ -17,10 +18,10 @@ import (
 // serveCmd is `code-sandboxes serve`: a self-hosted E2B on one listener.
 func serveCmd() *cobra.Command {
 	var (
-		listen, apiKey, runtimeDir, network, memory string
-		cpu                                         float64
-		maxTimeout                                  time.Duration
-		keep, verbose                               bool
+		listen, apiKey, keyFile, runtimeDir, network, memory string
+		cpu                                                  float64
+		maxTimeout                                           time.Duration
+		keep, verbose                                        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -31,7 +32,8 @@ proxied to each sandbox's agent). Point the official SDKs at it with
 
   E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:3000 E2B_API_KEY=e2b_…
 
-The API key is --api-key, else $E2B_API_KEY, else generated and printed.
+The API keys are --api-key and those in --api-key-file, else $E2B_API_KEY,
+else one is generated and printed.
 When allowInternetAccess is not given at create (the JS SDK's default), the
 sandbox gets --default-network: none unless you choose all (E2B's default).
 On SIGINT or SIGTERM the sandboxes this server created are killed, unless
@@ -39,13 +41,25 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			generated := false
-			if apiKey == "" {
-				apiKey = os.Getenv("E2B_API_KEY")
+			var keys []string
+			if apiKey != "" {
+				keys = append(keys, apiKey)
 			}
-			if apiKey == "" {
+			if keyFile != "" {
+				fileKeys, err := readKeyFile(keyFile)
+				if err != nil {
+					return err
+				}
+				keys = append(keys, fileKeys...)
+			}
+			if len(keys) == 0 && os.Getenv("E2B_API_KEY") != "" {
+				keys = append(keys, os.Getenv("E2B_API_KEY"))
+			}
+			if len(keys) == 0 {
 				var b [20]byte
 				_, _ = rand.Read(b[:])
 				apiKey, generated = "e2b_"+hex.EncodeToString(b[:]), true
+				keys = append(keys, apiKey)
 			}
 			mem, err := parseSize(memory)
 			if err != nil {
@@ -56,7 +70,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				level = slog.LevelDebug
 			}
 			srv, err := e2bserver.New(e2bserver.Options{
-				APIKeys:        []string{apiKey},
+				APIKeys:        keys,
 				Config:         sandboxes.Config{Variant: "local", Memory: mem, CPU: cpu, Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
 				DefaultNetwork: network,
 				MaxTimeout:     maxTimeout,
@@ -80,6 +94,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:3000", "address to listen on (API and sandbox traffic)")
+	f.StringVar(&keyFile, "api-key-file", "", "file of accepted API keys, one e2b_<hex> per line (# comments allowed); re-read only at start")
 	f.StringVar(&apiKey, "api-key", "", "accepted API key, e2b_<hex> (default $E2B_API_KEY, else generated and printed)")
 	f.StringVar(&runtimeDir, "runtime-dir", "", "where sandbox records live (default $CODE_SANDBOXES_RUNTIME_DIR, /run/code-sandboxes or $XDG_RUNTIME_DIR)")
 	f.StringVar(&network, "default-network", sandboxes.NetworkNone, "network of sandboxes created without allowInternetAccess: none or all")
@@ -89,4 +104,35 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")
 	return cmd
+}
+
+// readKeyFile reads API keys, one a line; blank lines and # comments skipped.
+// A key file readable by others is refused: it holds credentials.
+func readKeyFile(path string) ([]string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--api-key-file: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("--api-key-file %s is readable by group or others (mode %v); chmod 600 it", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--api-key-file: %w", err)
+	}
+	var keys []string
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !e2bserver.ValidAPIKey(line) {
+			return nil, fmt.Errorf("--api-key-file %s line %d: not an E2B API key (e2b_ followed by lowercase hex)", path, i+1)
+		}
+		keys = append(keys, line)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--api-key-file %s holds no key", path)
+	}
+	return keys, nil
 }

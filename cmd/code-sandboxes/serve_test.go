@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,27 @@ func TestServeRefusesBadKey(t *testing.T) {
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs([]string{"--listen", "127.0.0.1:0", "--api-key", "sk-not-e2b", "--runtime-dir", t.TempDir()})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "e2b_") {
+		t.Errorf("bad key: %v", err)
+	}
+}
+
+func TestReadKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "keys")
+	if err := os.WriteFile(p, []byte("# team keys\ne2b_00ff\n\ne2b_abc123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := readKeyFile(p)
+	if err != nil || len(keys) != 2 || keys[1] != "e2b_abc123" {
+		t.Fatalf("keys = %v, %v", keys, err)
+	}
+	_ = os.Chmod(p, 0o644)
+	if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable key file: %v", err)
+	}
+	_ = os.Chmod(p, 0o600)
+	_ = os.WriteFile(p, []byte("not-a-key\n"), 0o600)
+	if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("bad key: %v", err)
 	}
 }

@@ -40,8 +40,14 @@ try {
   })
 
   await step('error', async () => {
-    const ex = await sbx.runCode('1/0')
-    return { name: ex.error?.name, value: ex.error?.value }
+    const ex = await sbx.runCode('def f():\n    return 1/0\nf()')
+    return { name: ex.error?.name, value: ex.error?.value, traceback: ex.error?.traceback }
+  })
+
+  await step('figure', async () => {
+    const ex = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()')
+    const r = ex.results.find((x) => x.png)
+    return { formats: ex.results.map((x) => x.formats()), pngPrefix: r ? Buffer.from(r.png, 'base64').subarray(0, 4).toString('hex') : null, error: ex.error?.name ?? null }
   })
 
   await step('context', async () => {

@@ -123,10 +123,19 @@ func TestOfficialJSSDK(t *testing.T) {
 		t.Errorf("onStdout callback lines = %q", out.CallbackLines)
 	}
 
-	var exErr struct{ Name, Value string }
+	var exErr struct{ Name, Value, Traceback string }
 	step("error", &exErr)
-	if exErr.Name != "ZeroDivisionError" {
-		t.Errorf("1/0: error %+v, want ZeroDivisionError", exErr)
+	if exErr.Name != "ZeroDivisionError" || !strings.Contains(exErr.Traceback, "return 1/0") {
+		t.Errorf("1/0: error %+v, want ZeroDivisionError with the cell's line in its traceback", exErr)
+	}
+
+	var fig struct {
+		PNGPrefix string
+		Error     *string
+	}
+	step("figure", &fig)
+	if fig.PNGPrefix != "89504e47" {
+		t.Errorf("matplotlib figure: %+v, want a PNG result", fig)
 	}
 
 	var cc struct {
