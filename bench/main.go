@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 )
 
 var (
@@ -148,6 +150,28 @@ func main() {
 	}
 	rep.WriteString("\n")
 
+	// 2b. Routing cost: RunCode round trip through serve (the e2b variant
+	// against our E2B-compatible server) against the local variant directly.
+	localRTT := runCodeRTT(ctx, cfg)
+	const key = "e2b_0123456789abcdef0123456789abcdef01234567"
+	srv, err := e2bserver.New(e2bserver.Options{APIKeys: []string{key}, Config: cfg})
+	check(err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	sctx, stopServer := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Run(sctx, ln, false) }()
+	url := "http://" + ln.Addr().String()
+	serveRTT := runCodeRTT(ctx, sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: key, APIURL: url, SandboxURL: url}})
+	stopServer()
+	<-served
+	lr, sr := summarize(localRTT), summarize(serveRTT)
+	rep.WriteString("## Routing cost of `serve` (issue 4)\n\n")
+	fmt.Fprintf(&rep, "`RunCode(\"x + 2\")` round trip, %d each: the local variant directly (unix socket to the agent) against the e2b variant through `code-sandboxes serve` on loopback (HTTP to the server, which proxies to the same kind of agent).\n\n", len(localRTT))
+	rep.WriteString("| path | p50 | p99 | ratio to local p50 |\n|---|---|---|---|\n")
+	fmt.Fprintf(&rep, "| local variant | %.2f ms | %.2f ms | 1× |\n", lr.p50, lr.p99)
+	fmt.Fprintf(&rep, "| e2b variant → serve → agent | %.2f ms | %.2f ms | %.2f× |\n\n", sr.p50, sr.p99, sr.p50/lr.p50)
+
 	// 3. Memory per idle sandbox.
 	var sbs []*sandboxes.Sandbox
 	for i := 0; i < *nIdle; i++ {
@@ -196,6 +220,26 @@ func main() {
 	rep.WriteString("\nReproduce: `make bench` (defaults above), or `go run ./bench -scale 500` for the 500-sandbox target.\n")
 	check(os.WriteFile(*out, []byte(rep.String()), 0o644))
 	fmt.Print(rep.String())
+}
+
+// runCodeRTT creates one sandbox and times RunCode("x + 2") round trips.
+func runCodeRTT(ctx context.Context, cfg sandboxes.Config) []float64 {
+	sb, err := sandboxes.Create(ctx, cfg)
+	check(err)
+	defer sb.Close()
+	_, err = sb.RunCode(ctx, "x = 40")
+	check(err)
+	var ms []float64
+	for i := 0; i < *nRTT; i++ {
+		t := time.Now()
+		ex, err := sb.RunCode(ctx, "x + 2")
+		check(err)
+		if ex.Text() != "42" {
+			check(fmt.Errorf("round trip: got %q", ex.Text()))
+		}
+		ms = append(ms, since(t))
+	}
+	return ms
 }
 
 func check(err error) {
