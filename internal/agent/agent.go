@@ -44,6 +44,10 @@ type Config struct {
 	Routes map[string]http.Handler
 	// OnClose runs when the agent shuts down (ends envd's processes).
 	OnClose func()
+	// Prewarm starts the default python context's kernel as soon as the
+	// agent serves, as E2B's code-interpreter template does with its Jupyter
+	// kernel: the first RunCode then skips the interpreter's start-up.
+	Prewarm bool
 }
 
 // Server is one agent.
@@ -128,6 +132,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, MaxHeaderBytes: 1 << 20}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	if s.cfg.Prewarm {
+		go func() {
+			c, err := s.contexts.defaultFor("python", s.cfg.Workdir)
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if err := c.session.Start(pctx); err != nil {
+					s.cfg.Logger.Warn("prewarming the default kernel failed", "err", err)
+				}
+			}
+		}()
+	}
 	select {
 	case <-ctx.Done():
 	case <-s.expired:

@@ -295,6 +295,18 @@ func (s *Session) Restart(ctx context.Context) error {
 	return err
 }
 
+// Start starts the kernel now if none runs, so that the first Execute does
+// not pay for the interpreter's start-up. Unlike Restart it never touches a
+// kernel that is already there.
+func (s *Session) Start(ctx context.Context) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	_, _, err := s.kernel(true)
+	return err
+}
+
 // Close kills the kernel's process group, reaps it, and makes further calls
 // fail with ErrClosed. A running Execute returns promptly.
 func (s *Session) Close() error {

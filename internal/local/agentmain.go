@@ -48,7 +48,7 @@ func runAgent() int {
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
-		Routes: routes, OnClose: closeEnvd,
+		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

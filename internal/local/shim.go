@@ -45,6 +45,8 @@ type agentConfig struct {
 	Workdir  string            `json:"workdir"`
 	Env      map[string]string `json:"env"`
 	Lifetime time.Duration     `json:"lifetime"`
+	// NoPrewarm leaves the default kernel to start on first use.
+	NoPrewarm bool `json:"no_prewarm,omitempty"`
 }
 
 // Main runs the role this process was re-executed for, if any, and exits.
