@@ -70,7 +70,9 @@ func (r Result) Formats() []string {
 	return out
 }
 
-// OutputMessage is one line of stdout or stderr.
+// OutputMessage is one chunk of stdout or stderr as it arrived: whole lines
+// for what Python prints (the kernel line-buffers it), but output of child
+// processes can arrive split mid-line. Execution.Stdout() joins them.
 type OutputMessage struct {
 	Line      string    `json:"line"`
 	Timestamp time.Time `json:"timestamp"`

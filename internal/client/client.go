@@ -374,7 +374,7 @@ func ReadStream(ctx context.Context, r io.Reader, maxLine int, fn func(Line)) er
 			if ctx.Err() != nil {
 				return fmt.Errorf("execute: %w", ctx.Err())
 			}
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return fmt.Errorf("execute: %w: the stream ended before end_of_execution (the sandbox may have been killed or expired)", sberr.ErrUnavailable)
 			}
 			return fmt.Errorf("execute: %w", err)

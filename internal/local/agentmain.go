@@ -21,6 +21,7 @@ func runAgent() int {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
 		return 1
 	}
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0) // /proc/1/{mem,environ,fd} closed to user code
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")
 	var cfg agentConfig
@@ -50,8 +51,21 @@ func runAgent() int {
 		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+	// User code runs as our uid and may signal us (PID 1) with anything but
+	// SIGKILL/SIGSTOP, which the kernel keeps from init. No signal ends the
+	// agent: the supervisor ends a sandbox with SIGKILL from outside, and the
+	// agent's own lifetime ends it from within.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSYS,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
+		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTKFLT, syscall.SIGPWR)
+	go func() {
+		for range sigs { //nolint:revive // drained on purpose: each signal is ignored
+			continue
+		}
+	}()
+	ctx := context.Background()
 	if err := srv.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
 		return 1

@@ -104,7 +104,10 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		rec.Pids = defaultPids
 	}
 	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
-		Workdir: workdir, Env: spec.Env, Lifetime: spec.Lifetime}}
+		Workdir: workdir, Env: spec.Env, Lifetime: spec.Lifetime,
+		// A kernel started before pip ran would not see the user site
+		// directory pip creates; let it start on first use instead.
+		NoPrewarm: len(spec.Packages) > 0}}
 	b, _ := json.Marshal(ss)
 
 	exe, err := os.Executable()
