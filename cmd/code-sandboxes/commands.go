@@ -109,7 +109,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), environmentsCmd(), versionCmd(), serveCmd())
+	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), environmentsCmd(), versionCmd(), serveCmd(), interpretCmd(), mcpCmd())
 	return root
 }
 

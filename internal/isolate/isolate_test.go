@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -401,6 +402,9 @@ func startSandbox(t *testing.T, spec Spec, mode string, env ...string) (*Process
 	var stderr bytes.Buffer
 	spec.Stderr = &stderr
 	p, err := Start(context.Background(), spec)
+	if err == nil {
+		started.Store(p.ID, true)
+	}
 	w.Close()
 	if err != nil {
 		t.Fatalf("Start: %v (stderr: %s)", err, stderr.String())
@@ -567,7 +571,8 @@ func TestKillAndCleanup(t *testing.T) {
 		}
 	}
 	if len(m) != 6 {
-		t.Fatalf("expected init + 5 sleepers in the sandbox, found %v", m)
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid))
+		t.Fatalf("expected init + 5 sleepers in the sandbox, found %v (init %d: %q)", m, p.Pid, st)
 	}
 	dirs := p.CgroupDirs()
 	if os.Geteuid() == 0 && len(dirs) == 0 {
@@ -685,6 +690,9 @@ func TestConcurrentSandboxes(t *testing.T) {
 	for i := 0; i < n; i++ {
 		go func() {
 			p, err := Start(context.Background(), Spec{Args: []string{"isolate.test"}, Env: []string{"ISOLATE_TEST_MODE=exit7"}})
+			if err == nil {
+				started.Store(p.ID, true)
+			}
 			if err != nil {
 				ch <- res{err: err}
 				return
@@ -703,23 +711,36 @@ func TestConcurrentSandboxes(t *testing.T) {
 	}
 }
 
-// Runs last (file order): no sandbox cgroup may be left behind.
+// started holds the ids of the sandboxes this test binary started: other
+// packages' tests run in parallel and have live sandboxes of their own under
+// the same parent cgroup.
+var started sync.Map
+
+// Runs last (file order): no cgroup of a sandbox started here may be left.
 func TestZZNoLeftoverCgroups(t *testing.T) {
 	fsys, err := detectCgroups()
 	if err != nil {
 		t.Skip(err)
 	}
-	for ctl, dir := range fsys.v1 {
-		if ents, err := os.ReadDir(filepath.Join(dir, cgroupGroupName)); err == nil {
-			t.Errorf("%s: %s/%s still has %d entries", ctl, dir, cgroupGroupName, len(ents))
-		}
-	}
-	if fsys.v2 != "" {
-		ents, _ := os.ReadDir(fsys.v2)
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), "code-sandbox-") {
-				t.Errorf("left behind: %s", e.Name())
+	n := 0
+	started.Range(func(k, _ any) bool {
+		id := k.(string)
+		n++
+		for ctl, dir := range fsys.v1 {
+			if _, err := os.Stat(filepath.Join(dir, cgroupGroupName, id)); err == nil {
+				t.Errorf("%s: cgroup of sandbox %s left behind", ctl, id)
 			}
 		}
+		if fsys.v2 != "" {
+			matches, _ := filepath.Glob(filepath.Join(fsys.v2, "*", "code-sandbox-"+id))
+			m2, _ := filepath.Glob(filepath.Join(fsys.v2, "code-sandbox*", "*"+id))
+			for _, m := range append(matches, m2...) {
+				t.Errorf("left behind: %s", m)
+			}
+		}
+		return true
+	})
+	if n == 0 {
+		t.Error("no sandbox was recorded: the bookkeeping is broken")
 	}
 }

@@ -8,6 +8,7 @@
 package kernel
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -205,6 +206,16 @@ func (s *Session) kernel(start bool) (*kproc, string, error) {
 		return nil, "", ErrClosed
 	}
 	if k := s.k; k != nil {
+		if !k.deadOrDone() && processGone(k.pid) {
+			// Killed while idle (e.g. kill -9 -1 from another context) and
+			// not yet noticed by its pump: wait for the pump, bounded, so
+			// the next cell gets a fresh kernel and the "state lost" note
+			// instead of dying on the dead one.
+			select {
+			case <-k.done:
+			case <-time.After(2 * time.Second):
+			}
+		}
 		if !k.deadOrDone() {
 			return k, "", nil
 		}
@@ -693,4 +704,14 @@ func validName(name string) bool {
 		}
 	}
 	return true
+}
+
+// processGone reports whether pid has exited: reaped already, or a zombie.
+func processGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/mcpserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+)
+
+func mcpCmd() *cobra.Command {
+	var c common
+	var listen string
+	var idle time.Duration
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve the Model Context Protocol (stdio, or streamable HTTP with --listen): run code, commands and files in a sandbox per session",
+		Example: `  code-sandboxes mcp                              # stdio, for a client that starts it
+  code-sandboxes mcp --listen 127.0.0.1:8080      # streamable HTTP at http://127.0.0.1:8080/mcp`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			srv := mcpserver.New(mcpserver.Options{Config: cfg, ExecTimeout: c.timeout, Version: version, Logger: logger})
+			defer srv.Close()
+			ctx := cmd.Context()
+			if listen == "" {
+				err := srv.Run(ctx, &mcp.StdioTransport{})
+				if errors.Is(err, context.Canceled) {
+					return nil
+				}
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("mcp: listen: %w", err)
+			}
+			mux := http.NewServeMux()
+			mux.Handle("/mcp", srv.HTTPHandler(idle))
+			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			fmt.Fprintf(cmd.ErrOrStderr(), "MCP (streamable HTTP) at http://%s/mcp\n", ln.Addr())
+			errc := make(chan error, 1)
+			go func() { errc <- hs.Serve(ln) }()
+			select {
+			case err := <-errc:
+				return fmt.Errorf("mcp: serve: %w", err)
+			case <-ctx.Done():
+				sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				_ = hs.Shutdown(sctx)
+				return nil
+			}
+		},
+	}
+	c.flags(cmd, true)
+	cmd.Flags().StringVar(&listen, "listen", "", "serve streamable HTTP on this address (path /mcp) instead of stdio")
+	cmd.Flags().DurationVar(&idle, "session-idle", 30*time.Minute, "HTTP: end (and kill the sandbox of) a session idle this long (0 = never)")
+	return cmd
+}
