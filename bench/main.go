@@ -192,7 +192,7 @@ func main() {
 	rep.WriteString("## Memory per idle sandbox\n\n")
 	fmt.Fprintf(&rep, "%d idle sandboxes; proportional set size (PSS, shared pages split between sharers) of the supervisor, the agent and the kernel, from `/proc/<pid>/smaps_rollup`.\n\n", *nIdle)
 	rep.WriteString("| state | PSS per sandbox | target |\n|---|---|---|\n")
-	fmt.Fprintf(&rep, "| created, no code run (shim + agent) | %.1f MiB | |\n", memNoKernel/float64(*nIdle))
+	fmt.Fprintf(&rep, "| created, no code run (shim + agent + the prewarmed default kernel) | %.1f MiB | |\n", memNoKernel/float64(*nIdle))
 	fmt.Fprintf(&rep, "| after one execution (shim + agent + python kernel) | %.1f MiB | ≤ 20 MiB |\n\n", memKernel/float64(*nIdle))
 
 	// 4. Scale: create time while N sandboxes are alive.

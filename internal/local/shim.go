@@ -166,7 +166,17 @@ func runShim() int {
 		// Backup for the agent's own lifetime enforcement: if the agent is
 		// wedged past its end (+ grace), end it from outside. SetTimeout
 		// updates end_at in the record, so re-read it.
-		t := time.NewTicker(time.Second)
+		// Sleep until the recorded end (plus grace) rather than polling: an
+		// idle host with hundreds of sandboxes should cost nothing.
+		const grace = 5 * time.Second
+		wake := func() time.Duration {
+			cur, err := readRecord(dir)
+			if err != nil || cur.EndAt.IsZero() {
+				return time.Minute
+			}
+			return time.Until(cur.EndAt.Add(grace))
+		}
+		t := time.NewTimer(wake())
 		defer t.Stop()
 		for {
 			select {
@@ -176,10 +186,12 @@ func runShim() int {
 				_ = proc.Kill()
 				return
 			case <-t.C:
-				if cur, err := readRecord(dir); err == nil && !cur.EndAt.IsZero() && time.Now().After(cur.EndAt.Add(5*time.Second)) {
-					_ = proc.Kill()
-					return
+				if d := wake(); d > 0 {
+					t.Reset(d) // SetTimeout moved the end
+					continue
 				}
+				_ = proc.Kill()
+				return
 			}
 		}
 	}()
