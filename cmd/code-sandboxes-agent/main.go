@@ -27,6 +27,7 @@ func main() {
 	lifetime := flag.Duration("lifetime", 0, "exit after this long (0 = never); POST /x/timeout restarts the countdown")
 	id := flag.String("id", "", "sandbox id reported by /x/info")
 	flag.Parse()
+	agent.SingleThreaded()
 
 	token := os.Getenv("CODE_SANDBOXES_TOKEN")
 	os.Unsetenv("CODE_SANDBOXES_TOKEN")

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -63,6 +64,17 @@ type Server struct {
 	expired  chan struct{}
 	lastUsed time.Time
 	once     sync.Once
+}
+
+// SingleThreaded limits the calling process to one Go P unless GOMAXPROCS
+// is set: an agent is I/O-bound and its hops between the client, the kernel's
+// pipes and the HTTP stream cost less on one thread (the x + 2 round trip
+// fell from about 1.05 ms to 0.7 ms here), and a host running hundreds of
+// sandboxes wants fewer threads per sandbox.
+func SingleThreaded() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
 }
 
 // New builds an agent; Serve runs it.

@@ -147,7 +147,14 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout > 0 {
 		kreq.Timeout = time.Duration(req.Timeout * float64(time.Second))
 	}
-	out, err := cc.session.Execute(ctx, kreq, func(ev kernel.Event) { lw.write(eventLine(ev)) })
+	out, err := cc.session.Execute(ctx, kreq, func(ev kernel.Event) {
+		// The execution count and the main result are always followed at
+		// once by more lines (the result by end_of_execution): leave them in
+		// the buffer and save a write per line. Everything else is flushed
+		// so the client sees it live.
+		lazy := ev.Type == kernel.EventNumberOfExecutions || ev.Type == kernel.EventResult && ev.IsMainResult
+		lw.writeFlush(eventLine(ev), !lazy)
+	})
 	if err != nil {
 		lw.write(errorLine("SandboxError", err.Error(), ""))
 	} else {
@@ -220,7 +227,9 @@ func (lw *lineWriter) keepalive() {
 	}
 }
 
-func (lw *lineWriter) write(v ordered) {
+func (lw *lineWriter) write(v ordered) { lw.writeFlush(v, true) }
+
+func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 	b, err := pyJSON(v)
 	if err != nil {
 		b, _ = pyJSON(errorLine("EncodingError", err.Error(), ""))
@@ -236,6 +245,9 @@ func (lw *lineWriter) write(v ordered) {
 	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 	if _, err := lw.w.Write(b); err != nil {
 		lw.broken = true
+		return
+	}
+	if !flush {
 		return
 	}
 	if err := lw.rc.Flush(); err != nil {

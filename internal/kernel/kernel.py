@@ -137,9 +137,11 @@ def _marker_locked():
     return mask
 
 
-def _send(obj):
+def _send(obj, sync=True):
     """Send one event frame. Safe against SIGINT: an interrupt arriving in
-    the middle is deferred so a frame is never cut in half."""
+    the middle is deferred so a frame is never cut in half. sync=False sends
+    no pipe markers (mask 0): for frames that order nothing, such as "start",
+    Go then need not wait on the output pipes."""
     body = _enc(obj)
     if len(body) + 64 > _st.max_frame:
         raise _TooBig(len(body))
@@ -150,7 +152,7 @@ def _send(obj):
         try:
             if _st.buf:
                 _flush_locked(False)
-            mask = _marker_locked()
+            mask = _marker_locked() if sync else 0
             payload = ('{"e":%d,"m":%d,%s' % (_st.epoch, mask, body[1:])).encode()
             _write_all(_EVT_FD, _MAGIC + len(payload).to_bytes(4, "big") + payload)
             _st.last = None
@@ -687,7 +689,7 @@ def _cmd_exec(fields):
     try:
         # Tell Go the cell has begun: an interrupt asked for earlier was held
         # back (SIGINT is ignored between cells) and is sent now.
-        _send({"t": "start", "id": cid})
+        _send({"t": "start", "id": cid}, sync=False)
         try:
             for i in range(0, len(env) - 1, 2):
                 k = env[i].decode("utf-8", "surrogateescape")

@@ -22,6 +22,7 @@ func runAgent() int {
 		return 1
 	}
 	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0) // /proc/1/{mem,environ,fd} closed to user code
+	agent.SingleThreaded()
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")
 	var cfg agentConfig

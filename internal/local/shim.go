@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -68,6 +69,8 @@ type shimReport struct {
 }
 
 func runShim() int {
+	// The supervisor mostly sleeps; one thread is plenty.
+	runtime.GOMAXPROCS(1)
 	ready := os.NewFile(3, "ready")
 	report := func(r shimReport) {
 		if ready != nil {
