@@ -71,10 +71,31 @@ type Server struct {
 // pipes and the HTTP stream cost less on one thread (the x + 2 round trip
 // fell from about 1.05 ms to 0.7 ms here), and a host running hundreds of
 // sandboxes wants fewer threads per sandbox.
+//
+// It also starts a few OS threads up front and parks them: the sandbox's pids
+// limit counts threads, and an agent that needs a new thread for a blocking
+// syscall while a fork bomb holds every pid would die ("failed to create new
+// OS thread") instead of reporting the bomb.
 func SingleThreaded() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
+	const spare = 8
+	var wg sync.WaitGroup
+	hold := make(chan struct{})
+	for i := 0; i < spare; i++ {
+		wg.Add(1)
+		go func() {
+			// Locked goroutines each need their own M; unlocking returns
+			// it to the runtime's idle list, where it stays for reuse.
+			runtime.LockOSThread()
+			wg.Done()
+			<-hold
+			runtime.UnlockOSThread()
+		}()
+	}
+	wg.Wait()
+	close(hold)
 }
 
 // New builds an agent; Serve runs it.

@@ -146,7 +146,7 @@ func exercise(t *testing.T, ctx context.Context, cs *mcp.ClientSession, rt strin
 
 func waitNoSandboxes(t *testing.T, rt string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for sandboxCount(t, rt) != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the session's sandbox outlived the session")
@@ -207,7 +207,9 @@ func TestStdio(t *testing.T) {
 	cmd.Env = append(os.Environ(), stdioEnv+"="+rt)
 	cmd.Stderr = os.Stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	// A loaded CI machine can take more than the SDK's default 5 s to kill
+	// the session's sandbox on exit; don't let Close SIGTERM the server then.
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd, TerminateDuration: 30 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
