@@ -346,34 +346,53 @@ func (s *Session) Execute(ctx context.Context, req Request, emit func(Event)) (O
 		return Outcome{}, err
 	}
 	defer s.unlock()
-	k, note, err := s.kernel(true)
-	if err != nil {
-		return Outcome{}, err
-	}
-	k.count++
-	out := Outcome{ExecutionCount: k.count}
-	emit(Event{Type: EventNumberOfExecutions, ExecutionCount: k.count})
-	if note != "" {
-		emit(Event{Type: EventStderr, Timestamp: time.Now(), Text: fmt.Sprintf(
-			"[kernel restarted: the previous kernel died (%s); variables, imports and other state from earlier executions were lost]\n", note)})
-	}
-	id := s.ids.Add(1)
-	fields := [][]byte{[]byte("exec"), []byte(strconv.FormatUint(id, 10)), []byte(strconv.Itoa(k.count)), []byte(req.Code)}
-	for name, v := range req.EnvVars {
-		fields = append(fields, []byte(name), []byte(v))
-	}
-	sk := k.attach()
-	defer k.detach(sk)
-	s.imu.Lock()
-	s.intr.Store(false)
-	s.started = false
-	s.imu.Unlock()
-	s.running.Store(k)
 	defer s.running.Store(nil)
-	go k.write(encodeCommand(fields...))
+	var (
+		out Outcome
+		w   *waiter
+		res waitResult
+	)
+	for attempt := 0; ; attempt++ {
+		k, note, err := s.kernel(true)
+		if err != nil {
+			return Outcome{}, err
+		}
+		k.count++
+		out = Outcome{ExecutionCount: k.count}
+		emit(Event{Type: EventNumberOfExecutions, ExecutionCount: k.count})
+		if note != "" {
+			emit(Event{Type: EventStderr, Timestamp: time.Now(), Text: fmt.Sprintf(
+				"[kernel restarted: the previous kernel died (%s); variables, imports and other state from earlier executions were lost]\n", note)})
+		}
+		id := s.ids.Add(1)
+		fields := [][]byte{[]byte("exec"), []byte(strconv.FormatUint(id, 10)), []byte(strconv.Itoa(k.count)), []byte(req.Code)}
+		for name, v := range req.EnvVars {
+			fields = append(fields, []byte(name), []byte(v))
+		}
+		sk := k.attach()
+		s.imu.Lock()
+		s.intr.Store(false)
+		s.started = false
+		s.imu.Unlock()
+		s.running.Store(k)
+		go k.write(encodeCommand(fields...))
 
-	w := &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout, exec: true, intrC: req.Interrupt}
-	res := w.wait(ctx)
+		w = &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout, exec: true, intrC: req.Interrupt}
+		res = w.wait(ctx)
+		k.detach(sk)
+		s.imu.Lock()
+		started := s.started
+		s.imu.Unlock()
+		// A kernel killed while idle (kill -9 -1 from another context) can
+		// look alive until its pump notices. If it died before the cell
+		// began, nothing of the cell ran: run it once on a fresh kernel,
+		// which tells the user that earlier state was lost.
+		if attempt == 0 && res.dead != nil && !started && w.sent == 0 && !w.sawError &&
+			!w.cancelled && !w.timedOut && !s.isClosed() {
+			continue
+		}
+		break
+	}
 	out.ExitCode = res.exit
 	out.Error = w.sawError
 	out.TimedOut = w.timedOut
