@@ -7,16 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
-	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
-	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
-// maxSetupOutput bounds the set-up output kept for error messages.
-const maxSetupOutput = 1 << 20
 
 // setup does what E2B's create body can't say: a WorkingDir other than the
 // template's (the default context's cwd; commands get it from the public
@@ -44,7 +39,7 @@ func (i *instance) setup(ctx context.Context, spec driver.Spec) error {
 	args = append(args, spec.Packages...)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	code, out, err := runProcess(pctx, i.cl, "python3", args, map[string]string{"PIP_BREAK_SYSTEM_PACKAGES": "1"})
+	code, out, err := i.cl.RunProcess(pctx, "python3", args, map[string]string{"PIP_BREAK_SYSTEM_PACKAGES": "1"}, "")
 	if err != nil {
 		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
 	}
@@ -70,40 +65,6 @@ func (i *instance) runSetupCode(ctx context.Context, code string) error {
 		return fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, failure)
 	}
 	return nil
-}
-
-// runProcess runs cmd args (no shell) through envd and returns its exit code
-// and combined output (bounded).
-func runProcess(ctx context.Context, c *client.Client, cmd string, args []string, env map[string]string) (int, string, error) {
-	rpc := processconnect.NewProcessClient(c.HTTPClient(), c.EnvdURL())
-	req := connect.NewRequest(&processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: cmd, Args: args, Envs: env}})
-	for k, v := range c.EnvdHeaders() {
-		req.Header()[k] = v
-	}
-	stream, err := rpc.Start(ctx, req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer stream.Close()
-	var out strings.Builder
-	code, ended := 0, false
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil && out.Len() < maxSetupOutput {
-			out.Write(d.GetStdout())
-			out.Write(d.GetStderr())
-		}
-		if e := ev.GetEnd(); e != nil {
-			code, ended = int(e.GetExitCode()), true
-		}
-	}
-	if err := stream.Err(); err != nil {
-		return 0, out.String(), err
-	}
-	if !ended {
-		return 0, out.String(), fmt.Errorf("%w: the process stream ended without a result", sberr.ErrUnavailable)
-	}
-	return code, out.String(), nil
 }
 
 func lastLines(s string, n int) string {

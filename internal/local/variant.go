@@ -493,7 +493,7 @@ func (i *instance) installPackages(ctx context.Context, spec driver.Spec, workdi
 	args = append(args, spec.Packages...)
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	code, out, err := runProcess(ctx, i.c, python, args, workdir)
+	code, out, err := i.c.RunProcess(ctx, python, args, nil, workdir)
 	if err != nil {
 		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
 	}
