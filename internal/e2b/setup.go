@@ -12,7 +12,6 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
-
 // setup does what E2B's create body can't say: a WorkingDir other than the
 // template's (the default context's cwd; commands get it from the public
 // package) and Packages (pip-installed, then made importable by the running
