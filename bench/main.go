@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,15 +155,10 @@ func main() {
 	const key = "e2b_0123456789abcdef0123456789abcdef01234567"
 	srv, err := e2bserver.New(e2bserver.Options{APIKeys: []string{key}, Config: cfg})
 	check(err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	url, stopServer, err := srv.StartLoopback(false)
 	check(err)
-	sctx, stopServer := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Run(sctx, ln, false) }()
-	url := "http://" + ln.Addr().String()
 	serveRTT := runCodeRTT(ctx, sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: key, APIURL: url, SandboxURL: url}})
-	stopServer()
-	<-served
+	check(stopServer())
 	lr, sr := summarize(localRTT), summarize(serveRTT)
 	rep.WriteString("## Routing cost of `serve` (issue 4)\n\n")
 	fmt.Fprintf(&rep, "`RunCode(\"x + 2\")` round trip, %d each: the local variant directly (unix socket to the agent) against the e2b variant through `code-sandboxes serve` on loopback (HTTP to the server, which proxies to the same kind of agent).\n\n", len(localRTT))

@@ -253,23 +253,16 @@ func TestBadInputServerHTTP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stop, err := s.StartLoopback(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, false) }()
 	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(90 * time.Second):
-			t.Error("HANG: server shutdown")
+		if err := stop(); err != nil {
+			t.Errorf("HANG: server shutdown: %v", err)
 		}
 		waitGoneDir(t, srt)
 	}()
-	base := "http://" + ln.Addr().String()
 	// One real sandbox, for the data plane.
 	cfg := sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: base, SandboxURL: base}}
 	sb, err := sandboxes.Create(ctxBG(time.Minute), cfg)

@@ -1,12 +1,9 @@
 package hostile_test
 
 import (
-	"context"
 	"flag"
-	"net"
 	"os"
 	"testing"
-	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/hostile"
@@ -30,23 +27,16 @@ func TestHostileThroughServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	base, stop, err := s.StartLoopback(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, false) }()
 	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(90 * time.Second):
-			t.Error("HANG: server shutdown")
+		if err := stop(); err != nil {
+			t.Errorf("HANG: server shutdown: %v", err)
 		}
 		waitGoneDir(t, srt)
 	}()
-	base := "http://" + ln.Addr().String()
 	cfg := sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: base, SandboxURL: base}}
 	o := hostile.Options{
 		SameHost: true,

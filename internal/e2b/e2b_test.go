@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -54,22 +53,13 @@ func e2bServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	url, stop, err := s.StartLoopback(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, false) }()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("server shutdown: %v", err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Error("server did not shut down")
+		if err := stop(); err != nil {
+			t.Errorf("server shutdown: %v", err)
 		}
 		if ents, _ := os.ReadDir(rt); len(ents) != 0 {
 			var names []string
@@ -81,7 +71,7 @@ func e2bServer(t *testing.T) string {
 		}
 		os.RemoveAll(rt)
 	})
-	return "http://" + ln.Addr().String()
+	return url
 }
 
 func serverConfig(url string) sandboxes.Config {

@@ -2,11 +2,9 @@ package e2bserver
 
 import (
 	"context"
-	"net"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
@@ -32,22 +30,13 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	url, stop, err := s.StartLoopback(false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, ln, false) }()
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("server shutdown: %v", err)
-			}
-		case <-time.After(90 * time.Second):
-			t.Error("server did not shut down")
+		if err := stop(); err != nil {
+			t.Errorf("server shutdown: %v", err)
 		}
 		// Everything the server created must be gone with it.
 		if ents, _ := os.ReadDir(rt); len(ents) != 0 {
@@ -62,7 +51,7 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 		}
 		os.RemoveAll(rt)
 	})
-	return s, "http://" + ln.Addr().String()
+	return s, url
 }
 
 // needSandboxes skips (or, in CI, fails) when this machine can't run local

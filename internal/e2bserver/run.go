@@ -44,3 +44,27 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 	}
 	return err
 }
+
+// StartLoopback serves s on a fresh 127.0.0.1 port in the background, for
+// tests, benchmarks and embedding. It returns the base URL (the value for
+// both E2B_API_URL and E2B_SANDBOX_URL) and stop, which shuts the server down
+// like Run with keep and waits for it, at most 90 s.
+func (s *Server) StartLoopback(keep bool) (url string, stop func() error, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, ln, keep) }()
+	stop = func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(90 * time.Second):
+			return errors.New("e2bserver: the server did not shut down within 90s")
+		}
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
