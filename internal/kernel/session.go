@@ -8,7 +8,6 @@
 package kernel
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +18,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // Sentinel errors, matchable with errors.Is.
@@ -727,10 +728,6 @@ func validName(name string) bool {
 
 // processGone reports whether pid has exited: reaped already, or a zombie.
 func processGone(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+	st, ok := procstat.Read(pid)
+	return !ok || st.State == 'Z' || st.State == 'X'
 }

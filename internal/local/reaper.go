@@ -4,9 +4,10 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // reapOrphans collects zombies that were re-parented to us, the sandbox's
@@ -53,20 +54,7 @@ func zombieChildren() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 || f[0] != "Z" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == self {
+		if st, ok := procstat.Read(pid); ok && st.State == 'Z' && st.PPid == self {
 			out = append(out, pid)
 		}
 	}

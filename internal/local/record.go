@@ -11,9 +11,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // record is a sandbox's state file (state.json in its directory).
@@ -111,22 +112,8 @@ func writeRecord(dir string, r *record) error {
 
 // procStart returns a process's start time in clock ticks since boot, or 0.
 func procStart(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name may contain spaces and parentheses: split after the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	st, _ := procstat.Read(pid)
+	return st.StartTime
 }
 
 // alive reports whether the record's shim is still the process it was.

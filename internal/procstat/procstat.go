@@ -1,0 +1,40 @@
+// Package procstat reads /proc/<pid>/stat, whose second field (the command
+// name) may hold spaces and parentheses: the fields that follow are only
+// safe to split after its last ')'.
+package procstat
+
+import (
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Stat is the part of /proc/<pid>/stat the callers need.
+type Stat struct {
+	State     byte   // R, S, D, Z, X, …
+	PPid      int    // parent pid
+	StartTime uint64 // clock ticks after boot
+}
+
+// Read returns pid's stat; ok is false when the process is gone or the file
+// can't be parsed.
+func Read(pid int) (Stat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return Stat{}, false
+	}
+	// After the name: state(3) ppid(4) … starttime(22), counted from 1.
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return Stat{}, false
+	}
+	st := Stat{State: f[0][0]}
+	st.PPid, _ = strconv.Atoi(f[1])
+	st.StartTime, _ = strconv.ParseUint(f[19], 10, 64)
+	return st, true
+}
