@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strings"
 	"sync"
@@ -396,5 +395,3 @@ func (s *Sandbox) Detach() error {
 	s.mu.Unlock()
 	return s.inst.Release()
 }
-
-var _ = io.EOF

@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -35,5 +33,3 @@ func main() {
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-var _ = sandboxes.Variants

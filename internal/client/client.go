@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -101,7 +102,7 @@ func (c *Client) EnvdHeaders() http.Header {
 }
 
 func basicUser(u string) string {
-	return base64Std(u + ":")
+	return base64.StdEncoding.EncodeToString([]byte(u + ":"))
 }
 
 // StatusError is a non-2xx answer.

@@ -198,12 +198,11 @@ func runShim() int {
 			}
 		}
 	}()
-	info, _ := proc.Wait()
+	_, _ = proc.Wait()
 	close(done)
 	_ = proc.Kill() // whatever is left in the cgroup
 	_ = proc.Cleanup()
 	ln.Close()
-	_ = info
 	_ = os.RemoveAll(dir)
 	return 0
 }
