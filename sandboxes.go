@@ -16,6 +16,7 @@ package sandboxes
 import (
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strings"
@@ -86,9 +87,31 @@ type Config struct {
 	// from PackageIndex (default: pip's own configuration).
 	Packages     []string
 	PackageIndex string
+	// EnvironmentDir is the store of built environments; default
+	// $CODE_SANDBOXES_ENV_DIR, else /var/lib/code-sandboxes/environments
+	// (root) or ~/.local/share/code-sandboxes/environments.
+	EnvironmentDir string
+	// BuildOutput receives progress when Create has to build an environment
+	// first (the built-in "python" on first use); nil = os.Stderr.
+	BuildOutput io.Writer
 
-	Local LocalConfig
-	E2B   E2BConfig
+	Local  LocalConfig
+	Docker DockerConfig
+	E2B    E2BConfig
+}
+
+// DockerConfig holds settings of the docker variant.
+type DockerConfig struct {
+	// Host is the Docker Engine address; "" = $DOCKER_HOST, else the
+	// local socket.
+	Host string
+	// AgentPath is a static Linux build of this program or of
+	// code-sandboxes-agent, bind-mounted into containers as their init;
+	// "" = this program itself when it is static.
+	AgentPath string
+	// Runtime is the OCI runtime (for example runsc); "" = the engine's
+	// default.
+	Runtime string
 }
 
 // E2BConfig holds settings of the e2b variant (E2B's cloud or any
@@ -179,7 +202,9 @@ func (c Config) spec() (driver.Spec, error) {
 		Lifetime: c.MaxLifetime, MemoryBytes: c.Memory, CPUs: c.CPU, Pids: c.Pids, Env: c.Env,
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
 		AllowedHosts: c.AllowedHosts, Packages: c.Packages, PackageIndex: c.PackageIndex,
-		Local: driver.LocalSpec{RuntimeDir: c.Local.RuntimeDir, Python: c.Local.Python},
+		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput,
+		Local:          driver.LocalSpec{RuntimeDir: c.Local.RuntimeDir, Python: c.Local.Python},
+		Docker:         driver.DockerSpec{Host: c.Docker.Host, AgentPath: c.Docker.AgentPath, Runtime: c.Docker.Runtime},
 		E2B: driver.E2BSpec{APIKey: c.E2B.APIKey, Domain: c.E2B.Domain, Template: c.E2B.Template,
 			AllowInternetAccess: c.E2B.AllowInternetAccess, Secure: c.E2B.Secure, APIURL: c.E2B.APIURL,
 			SandboxURL: c.E2B.SandboxURL, Debug: c.E2B.Debug, ListAll: c.E2B.ListAll},

@@ -5,6 +5,7 @@ package driver
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
@@ -26,9 +27,21 @@ type Spec struct {
 	AllowedHosts []string
 	Packages     []string
 	PackageIndex string
+	// EnvironmentDir is the environment store ("" = its default).
+	EnvironmentDir string
+	// BuildOutput receives build progress (nil = os.Stderr).
+	BuildOutput io.Writer
 	// Variant-specific settings, typed by each variant.
-	Local LocalSpec
-	E2B   E2BSpec
+	Local  LocalSpec
+	Docker DockerSpec
+	E2B    E2BSpec
+}
+
+// DockerSpec holds the docker variant's own settings.
+type DockerSpec struct {
+	Host      string // engine address; "" = $DOCKER_HOST or the default socket
+	AgentPath string // static agent binary; "" = os.Executable() when static
+	Runtime   string // OCI runtime name; "" = the engine's default
 }
 
 // LocalSpec holds the local variant's own settings.
