@@ -491,31 +491,124 @@ func deleteCmd() *cobra.Command {
 }
 
 func environmentsCmd() *cobra.Command {
-	var variant string
+	var variant, dir string
 	cmd := &cobra.Command{
 		Use:   "environments",
-		Short: "List the environments (sandbox images) of each variant",
+		Short: "List built environments and the environments of each variant; build and remove them",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			builds, names, err := sandboxes.EnvironmentBuilds(dir)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "BUILT\tBUILD ID\tBASE\tSIZE\tCREATED")
+			for _, b := range builds {
+				label := "-"
+				for n, id := range names {
+					if id == b.ID {
+						label = n
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d MiB\t%s\n", label, b.ShortID(), b.Base, b.SizeBytes>>20, b.CreatedAt.Local().Format(time.DateTime))
+			}
+			if len(builds) == 0 {
+				fmt.Fprintln(tw, "(none yet: `code-sandboxes environments build -f spec.yaml`; \"python\" builds on first use)\t\t\t\t")
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintln(out)
 			variants := sandboxes.Variants()
 			if variant != "" {
 				variants = []string{variant}
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VARIANT\tNAME\tDESCRIPTION")
+			tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VARIANT\tNAME\tBUILD ID\tDESCRIPTION")
 			for _, v := range variants {
-				envs, err := sandboxes.ListEnvironments(cmd.Context(), sandboxes.Config{Variant: v})
+				envs, err := sandboxes.ListEnvironments(cmd.Context(), sandboxes.Config{Variant: v, EnvironmentDir: dir})
 				if err != nil {
-					fmt.Fprintf(tw, "%s\t(skipped: %v)\t\n", v, err)
+					fmt.Fprintf(tw, "%s\t(skipped: %v)\t\t\n", v, err)
 					continue
 				}
 				for _, e := range envs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\n", e.Variant, e.Name, e.Description)
+					id := e.BuildID
+					if len(id) > 12 {
+						id = id[:12]
+					}
+					if id == "" {
+						id = "-"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Variant, e.Name, id, e.Description)
 				}
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().StringVarP(&variant, "variant", "v", "", "only this variant")
+	cmd.PersistentFlags().StringVar(&dir, "dir", "", "environment store (default $CODE_SANDBOXES_ENV_DIR, /var/lib/code-sandboxes/environments as root, else ~/.local/share/code-sandboxes/environments)")
+
+	var file string
+	var force bool
+	build := &cobra.Command{
+		Use:   "build -f spec.yaml | build python",
+		Short: "Build an environment from a spec file, or a built-in one (cached by build id)",
+		Long: `Build an environment: a root filesystem from a YAML spec.
+
+  name: geo                      # DNS label
+  description: GIS tools
+  base:
+    debian: bookworm             # or image: registry/repo:tag, tarball: img.tar, host: true
+    mirror: http://deb.debian.org/debian   # default: this machine's apt mirror
+  apt: [python3, python3-pip, python3-shapely]
+  pip:
+    lock: requirements.lock      # name==version --hash=sha256:… on every line
+    index: https://pypi.org/simple
+  files:
+    - {path: /etc/geo.conf, content: "x=1\n", mode: "0644"}
+  env: {GEO_HOME: /opt/geo}
+
+The build id is the SHA-256 of the spec and every input it names; the name
+points at the newest build, and sandboxes pin the id.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opt := sandboxes.BuildOptions{Dir: dir, Progress: cmd.ErrOrStderr(), Force: force}
+			var b *sandboxes.EnvironmentBuild
+			var err error
+			switch {
+			case file != "" && len(args) == 0:
+				b, err = sandboxes.BuildEnvironment(cmd.Context(), file, opt)
+			case file == "" && len(args) == 1:
+				b, err = sandboxes.BuildBuiltinEnvironment(cmd.Context(), args[0], opt)
+			default:
+				return fmt.Errorf("give either a spec file (-f spec.yaml) or the name of a built-in environment (python)")
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", b.Name, b.ID)
+			return nil
+		},
+	}
+	build.Flags().StringVarP(&file, "file", "f", "", "spec file (YAML)")
+	build.Flags().BoolVar(&force, "force", false, "rebuild even if this build id exists")
+	rm := &cobra.Command{
+		Use:   "rm NAME|BUILD-ID...",
+		Short: "Remove built environments",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, ref := range args {
+				b, err := sandboxes.RemoveEnvironment(dir, ref)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s %s\n", b.Name, b.ID)
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(build, rm)
 	return cmd
 }
 

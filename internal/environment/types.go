@@ -57,6 +57,9 @@ type Base struct {
 	Insecure bool `yaml:"insecure,omitempty" json:"insecure,omitempty"`
 	// Tarball is an image tarball (docker save format) on disk.
 	Tarball string `yaml:"tarball,omitempty" json:"tarball,omitempty"`
+	// Environment starts from another build in the same store (a name or
+	// build id), copied: a lock of extra packages over "python", say.
+	Environment string `yaml:"environment,omitempty" json:"environment,omitempty"`
 	// Host uses the host's system directories, as the local variant does
 	// without an environment; only Env may be added on top.
 	Host bool `yaml:"host,omitempty" json:"host,omitempty"`
