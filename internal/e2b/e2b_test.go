@@ -1,16 +1,8 @@
 package e2b_test
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,6 +13,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -213,7 +206,8 @@ func TestAgainstOurServer(t *testing.T) {
 
 	t.Run("Packages", func(t *testing.T) {
 		sandboxestest.Require(t, exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run() == nil, "Debian's python3-pip (make deps)")
-		index := serveWheel(t, "cs-e2b-demo", "cs_e2b_demo", "VALUE = 42\n")
+		index := testpypi.Serve(t, "cs-e2b-demo", testpypi.FileName("cs-e2b-demo", "1.0"),
+			testpypi.Wheel(t, "cs_e2b_demo", "1.0", "cs_e2b_demo", "VALUE = 42\n"))
 		c := cfg
 		c.Packages, c.PackageIndex = []string{"cs-e2b-demo==1.0"}, index
 		sb, err := sandboxes.Create(ctx, c)
@@ -259,43 +253,4 @@ func TestAgainstOurServer(t *testing.T) {
 			t.Errorf("wrong key = %v", err)
 		}
 	})
-}
-
-// serveWheel serves a PEP 503 index on loopback with one pure-Python wheel
-// (version 1.0) whose module has the given source.
-func serveWheel(t *testing.T, project, module, source string) string {
-	t.Helper()
-	dist := strings.ReplaceAll(project, "-", "_")
-	info := dist + "-1.0.dist-info"
-	files := map[string]string{
-		module + "/__init__.py": source,
-		info + "/METADATA":      "Metadata-Version: 2.1\nName: " + project + "\nVersion: 1.0\n",
-		info + "/WHEEL":         "Wheel-Version: 1.0\nGenerator: code-sandboxes-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-	}
-	var buf bytes.Buffer
-	z := zip.NewWriter(&buf)
-	var record strings.Builder
-	for name, content := range files {
-		w, _ := z.Create(name)
-		_, _ = w.Write([]byte(content))
-		sum := sha256.Sum256([]byte(content))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
-	}
-	fmt.Fprintf(&record, "%s/RECORD,,\n", info)
-	w, _ := z.Create(info + "/RECORD")
-	_, _ = w.Write([]byte(record.String()))
-	if err := z.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wheel := buf.Bytes()
-	file := dist + "-1.0-py3-none-any.whl"
-	sum := sha256.Sum256(wheel)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/simple/"+project+"/", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `<html><body><a href="/files/%s#sha256=%s">%s</a></body></html>`, file, hex.EncodeToString(sum[:]), file)
-	})
-	mux.HandleFunc("/files/"+file, func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(wheel) })
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL + "/simple/"
 }
