@@ -49,8 +49,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 // index that serves other bytes must fail the build and say why.
 func TestPipLock(t *testing.T) {
 	st, py := pythonStore(t)
-	locked := testpypi.Wheel(t, "cs-locked", "1.0", "cs_locked", "VALUE = 42\n")
-	file := testpypi.FileName("cs-locked", "1.0")
+	locked := testpypi.Wheel(t, "cs_locked", "1.0", "cs_locked", "VALUE = 42\n")
+	file := testpypi.FileName("cs_locked", "1.0")
 	dir := t.TempDir()
 	lock := "cs-locked==1.0 \\\n    --hash=sha256:" + testpypi.SHA256(locked) + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "requirements.lock"), []byte(lock), 0o644); err != nil {
@@ -82,7 +82,7 @@ func TestPipLock(t *testing.T) {
 
 	// Same lock, but the index now serves a different wheel under the same
 	// name (a compromised or changed index): pip must refuse it.
-	tampered := testpypi.Wheel(t, "cs-locked", "1.0", "cs_locked", "VALUE = 'tampered'\n")
+	tampered := testpypi.Wheel(t, "cs_locked", "1.0", "cs_locked", "VALUE = 'tampered'\n")
 	_, err = st.Build(ctx, spec(testpypi.Serve(t, "cs-locked", file, tampered)), environment.BuildOptions{Force: true})
 	if !errors.Is(err, environment.ErrBuildFailed) || !strings.Contains(err.Error(), "does not match its --hash") {
 		t.Fatalf("tampered wheel: got %v", err)
