@@ -199,9 +199,9 @@ func digest(s *Spec, in *inputs) string {
 			"image_digest": in.ImageDigest, "tarball_sha256": in.Tarball, "host": s.Base.Host,
 		},
 		"base_build": baseID(in),
-		"apt":   apt,
-		"files": files,
-		"env":   env,
+		"apt":        apt,
+		"files":      files,
+		"env":        env,
 	}
 	if s.Pip != nil {
 		doc["pip"] = map[string]any{"lock_sha256": sha(in.Lock), "index": s.Pip.Index}
