@@ -142,11 +142,7 @@ func main() {
 	}
 	fmt.Fprintf(&rep, "| `Create` (sandbox answers) | %.1f ms | %.1f ms | %s |\n", co.p50, co.p99, ratio(co.p50))
 	fmt.Fprintf(&rep, "| cold `Create` → first result of `1 + 1` | %.1f ms | %.1f ms | %s (target p50 ≤ 30 ms and ≤ 2×) |\n", cs.p50, cs.p99, ratio(cs.p50))
-	if _, err := exec.LookPath("docker"); err == nil && exec.Command("docker", "info").Run() == nil {
-		rep.WriteString("| `docker run` | see issue 5 (the docker variant) | | |\n")
-	} else {
-		rep.WriteString("| `docker run … python3 -c pass` | not measured: no Docker engine runs here (the docker variant, issue 5, brings one) | | |\n")
-	}
+	rep.WriteString("| `docker run` | see the docker variant's section below | | |\n")
 	rep.WriteString("\n")
 
 	// 2b. Routing cost: RunCode round trip through serve (the e2b variant
@@ -189,7 +185,10 @@ func main() {
 	fmt.Fprintf(&rep, "| created, no code run (shim + agent + the prewarmed default kernel) | %.1f MiB | |\n", memNoKernel/float64(*nIdle))
 	fmt.Fprintf(&rep, "| after one execution (shim + agent + python kernel) | %.1f MiB | ≤ 20 MiB |\n\n", memKernel/float64(*nIdle))
 
-	// 4. Scale: create time while N sandboxes are alive.
+	// 4. Environments, and the docker variant against local.
+	envBench(ctx, &rep)
+
+	// 5. Scale: create time while N sandboxes are alive.
 	rep.WriteString("## Scale\n\n")
 	fmt.Fprintf(&rep, "Create %d sandboxes and keep them; create time of each tenth (p50 over its ten).\n\n| alive | create p50 |\n|---|---|\n", *nScale)
 	var alive []*sandboxes.Sandbox
