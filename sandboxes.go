@@ -95,9 +95,46 @@ type Config struct {
 	// first (the built-in "python" on first use); nil = os.Stderr.
 	BuildOutput io.Writer
 
-	Local  LocalConfig
-	Docker DockerConfig
-	E2B    E2BConfig
+	Local      LocalConfig
+	Docker     DockerConfig
+	Kubernetes KubernetesConfig
+	E2B        E2BConfig
+}
+
+// KubernetesConfig holds settings of the kubernetes variant (a pod per
+// sandbox on any cluster).
+type KubernetesConfig struct {
+	// Kubeconfig is the kubeconfig file; "" = $KUBECONFIG, else
+	// ~/.kube/config, else the in-cluster service account.
+	Kubeconfig string
+	// Context is the kubeconfig context; "" = its current context.
+	Context string
+	// Namespace holds the sandboxes' pods; "" = the kubeconfig's, else
+	// "default".
+	Namespace string
+	// Image is the pod image; it must contain the agent at
+	// /opt/code-sandboxes/agent (`code-sandboxes environments export`
+	// makes one). "" = code-sandboxes-env:<build id> of Environment.
+	Image string
+	// ImagePullPolicy: Always, IfNotPresent (default) or Never.
+	ImagePullPolicy string
+	// RuntimeClassName selects gVisor, Kata … where the cluster has them.
+	RuntimeClassName string
+	NodeSelector     map[string]string
+	Tolerations      []Toleration
+	// NetworkPolicyEnforced asserts that the cluster's network plugin
+	// enforces NetworkPolicy; without it (or a plugin the variant knows to
+	// enforce) network none and allowlist are refused, not silently open.
+	NetworkPolicyEnforced bool
+	// WarmPool keeps this many ready sandboxes per environment and hands
+	// one out on Create (0 = none).
+	WarmPool int
+}
+
+// Toleration is a pod toleration (core/v1 Toleration's fields).
+type Toleration struct {
+	Key, Operator, Value, Effect string
+	TolerationSeconds            *int64
 }
 
 // DockerConfig holds settings of the docker variant.
@@ -394,4 +431,14 @@ func ListEnvironments(ctx context.Context, cfg Config) ([]Environment, error) {
 		return nil, err
 	}
 	return v.Environments(ctx, spec)
+}
+
+func (k KubernetesConfig) spec() driver.KubernetesSpec {
+	s := driver.KubernetesSpec{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace, Image: k.Image,
+		ImagePullPolicy: k.ImagePullPolicy, RuntimeClassName: k.RuntimeClassName, NodeSelector: k.NodeSelector,
+		NetworkPolicyEnforced: k.NetworkPolicyEnforced, WarmPool: k.WarmPool}
+	for _, t := range k.Tolerations {
+		s.Tolerations = append(s.Tolerations, driver.Toleration(t))
+	}
+	return s
 }

@@ -32,9 +32,28 @@ type Spec struct {
 	// BuildOutput receives build progress (nil = os.Stderr).
 	BuildOutput io.Writer
 	// Variant-specific settings, typed by each variant.
-	Local  LocalSpec
-	Docker DockerSpec
-	E2B    E2BSpec
+	Local      LocalSpec
+	Docker     DockerSpec
+	Kubernetes KubernetesSpec
+	E2B        E2BSpec
+}
+
+// KubernetesSpec holds the kubernetes variant's own settings (see
+// sandboxes.KubernetesConfig).
+type KubernetesSpec struct {
+	Kubeconfig, Context, Namespace string
+	Image, ImagePullPolicy         string
+	RuntimeClassName               string
+	NodeSelector                   map[string]string
+	Tolerations                    []Toleration
+	NetworkPolicyEnforced          bool
+	WarmPool                       int
+}
+
+// Toleration is a pod toleration.
+type Toleration struct {
+	Key, Operator, Value, Effect string
+	TolerationSeconds            *int64
 }
 
 // DockerSpec holds the docker variant's own settings.
