@@ -14,6 +14,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/spf13/cobra"
 )
 
@@ -608,7 +609,59 @@ points at the newest build, and sandboxes pin the id.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(build, rm)
+	var output, agentBin string
+	var noAgent bool
+	export := &cobra.Command{
+		Use:   "export NAME|BUILD-ID -o image.tar",
+		Short: "Write an environment as an image tarball (docker load, ctr images import, kind load)",
+		Long: `Write a built environment as a ` + "`docker save`" + ` tarball tagged
+code-sandboxes-env:<build id>, with the agent at ` + environment.AgentPath + ` (for the
+kubernetes variant, whose pods can't bind-mount it). The agent is this program
+unless --agent names another static build of code-sandboxes or
+code-sandboxes-agent.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if output == "" {
+				return fmt.Errorf("give the output file with -o image.tar")
+			}
+			st, err := environment.Open(dir)
+			if err != nil {
+				return err
+			}
+			b, err := st.Resolve(args[0])
+			if err != nil {
+				return err
+			}
+			var extra []environment.ExtraFile
+			if !noAgent {
+				if agentBin == "" {
+					if agentBin, err = os.Executable(); err != nil {
+						return err
+					}
+				}
+				extra = append(extra, environment.ExtraFile{Path: environment.AgentPath, HostPath: agentBin, Mode: 0o755})
+			}
+			f, err := os.Create(output)
+			if err != nil {
+				return err
+			}
+			tag := environment.ImageTag(b)
+			if err := environment.WriteImageTar(cmd.Context(), b, tag, extra, f); err != nil {
+				f.Close()
+				os.Remove(output)
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", tag, output)
+			return nil
+		},
+	}
+	export.Flags().StringVarP(&output, "output", "o", "", "image tarball to write")
+	export.Flags().StringVar(&agentBin, "agent", "", "static agent binary to include (default: this program)")
+	export.Flags().BoolVar(&noAgent, "no-agent", false, "leave the agent out")
+	cmd.AddCommand(build, rm, export)
 	return cmd
 }
 
