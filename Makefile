@@ -14,9 +14,10 @@ build:
 deps:
 	./scripts/install-deps.sh
 
-# The README's test command.
+# The README's test command. The docker variant's tests need a Docker
+# engine: with-dockerd.sh starts dockerd for the run when none answers.
 test: deps vet
-	$(GO) test -count=1 -timeout 20m ./...
+	./scripts/with-dockerd.sh $(GO) test -count=1 -timeout 20m ./...
 
 test-short: vet
 	$(GO) test -short -count=1 ./...

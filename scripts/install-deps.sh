@@ -2,9 +2,17 @@
 # Installs what the sandboxes and the tests need from Debian's packages, when
 # missing: the python3 that sandboxes run (with numpy, pandas, matplotlib),
 # ipykernel + jupyter_client for the benchmark's Jupyter baseline, bubblewrap
-# for the isolation baseline. Idempotent; quiet when all is there.
+# for the isolation baseline, mmdebstrap for building environments, and a Docker engine (docker.io: dockerd and the
+# docker CLI) for the docker variant's tests, which scripts/with-dockerd.sh
+# starts when none runs. Idempotent; quiet when all is there.
 set -euo pipefail
-pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap)
+pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap)
+# Any Docker engine will do (Docker's own docker-ce packages too): Debian's
+# docker.io only when there is no dockerd at all.
+# (/usr/sbin is not on every user's PATH.)
+if ! { command -v dockerd || [ -x /usr/sbin/dockerd ]; } >/dev/null || ! command -v docker >/dev/null; then
+  pkgs+=(docker.io)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

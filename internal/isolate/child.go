@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,12 +68,24 @@ func Child() error {
 
 func stage1(cfg *childConfig) error {
 	// Wait until Start has put us into our cgroup.
-	sync := os.NewFile(uintptr(cfg.SyncFD), "sync")
+	// With a rootfs the release carries its directory's fd.
 	var b [1]byte
-	if n, _ := sync.Read(b[:]); n != 1 {
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(cfg.SyncFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	for errors.Is(err, unix.EINTR) {
+		n, oobn, _, _, err = unix.Recvmsg(cfg.SyncFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
+	}
+	if err != nil || n != 1 {
 		return errors.New("parent went away before releasing the sandbox")
 	}
-	sync.Close()
+	unix.Close(cfg.SyncFD)
+	if cfg.Rootfs != "" {
+		fd, err := receivedFD(oob[:oobn])
+		if err != nil {
+			return fmt.Errorf("rootfs %s: %w", cfg.Rootfs, err)
+		}
+		cfg.RootfsFD = fd // closed by setupRoot; close-on-exec meanwhile
+	}
 	// The binary's fd must not reach stage 2 (and user code); exec through
 	// /proc/self/fd/N still works with close-on-exec set. The status fd must
 	// survive: stage 2 reports "ready" on it.
@@ -112,6 +126,8 @@ func stage1(cfg *childConfig) error {
 	}
 
 	cfg.Stage = 2
+	// The host path of the rootfs is none of the sandbox's business.
+	cfg.Rootfs = ""
 	j, _ := json.Marshal(cfg)
 	env := []string{envKey + "=" + string(j)}
 	for _, kv := range os.Environ() {
@@ -120,7 +136,7 @@ func stage1(cfg *childConfig) error {
 		}
 	}
 	exe := "/proc/self/fd/" + strconv.Itoa(cfg.ExeFD)
-	err := unix.Exec(exe, os.Args, env)
+	err = unix.Exec(exe, os.Args, env)
 	return fmt.Errorf("re-exec %s: %w", exe, err)
 }
 
@@ -146,47 +162,44 @@ func loopbackUp() error {
 // /media, nor the caller's working directory.
 var systemDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"}
 
+// rootfsReserved are the top-level names of a rootfs that are not taken from
+// it: the sandbox contract's own mounts replace proc, dev, tmp, home and
+// files; the sandbox gets no /sys (as with the host's directories); .etc is
+// writeEtcFiles' scratch directory.
+var rootfsReserved = map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "home": true, "files": true, ".etc": true}
+
+// maxRootfsEntries bounds the number of top-level entries (each one a mount)
+// a rootfs may have; a real one has about twenty.
+const maxRootfsEntries = 256
+
 // setupRoot builds the new root on a tmpfs and pivots into it.
+//
+// The new root is always a small tmpfs of our own holding the mount points,
+// whether its content comes from the host's system directories or from
+// Spec.Rootfs. For a rootfs, every top-level entry (but the reserved ones) is
+// bound read-only onto the tmpfs instead of binding the rootfs itself as the
+// root: then the mount points /proc, /dev, /tmp, /home/user and /files need
+// not exist in the rootfs (debootstrap and OCI images lack /files and
+// /home/user) and nothing is ever created in it, and no mount lands on a path
+// inside the rootfs, where a symlink planted in an image could redirect it.
 func setupRoot(cfg *childConfig) error {
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
 	// Any existing directory serves as mount point for the new root; the
-	// host's /tmp is hidden by it only inside our mount namespace.
+	// host's /tmp is hidden by it only inside our mount namespace. The
+	// rootfs, even when it lives under /tmp, stays reachable: we hold an fd.
 	const nr = "/tmp"
 	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
 		return err
 	}
-	for _, d := range systemDirs {
-		src, dst := "/"+d, filepath.Join(nr, d)
-		fi, err := os.Lstat(src)
-		if err != nil {
-			continue
-		}
-		if fi.Mode()&os.ModeSymlink != 0 {
-			// Merged /usr: /bin -> usr/bin etc. Recreate the link; it
-			// resolves inside the new root to our /usr bind. A link
-			// pointing elsewhere simply dangles.
-			target, err := os.Readlink(src)
-			if err != nil {
-				return err
-			}
-			if err := os.Symlink(target, dst); err != nil {
-				return err
-			}
-			continue
-		}
-		if !fi.IsDir() {
-			continue
-		}
-		if err := os.Mkdir(dst, 0o755); err != nil {
+	if cfg.RootfsFD > 0 {
+		if err := bindRootfs(nr, cfg); err != nil {
 			return err
 		}
-		if err := mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return err
-		}
-		if err := remountTreeReadOnly(dst); err != nil {
+	} else {
+		if err := bindHostDirs(nr); err != nil {
 			return err
 		}
 	}
@@ -223,12 +236,16 @@ func setupRoot(cfg *childConfig) error {
 			return err
 		}
 	}
-	// /var/tmp: programs expect it; it is the same size-limited /tmp.
-	if err := os.MkdirAll(nr+"/var", 0o755); err != nil {
-		return err
-	}
-	if err := os.Symlink("/tmp", nr+"/var/tmp"); err != nil {
-		return err
+	// /var/tmp: programs expect it; it is the same size-limited /tmp. Without
+	// a /var of the rootfs it is a symlink on our tmpfs; a rootfs's own
+	// /var/tmp gets /tmp bound over it below.
+	if _, err := os.Lstat(nr + "/var"); errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir(nr+"/var", 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink("/tmp", nr+"/var/tmp"); err != nil {
+			return err
+		}
 	}
 
 	// pivot_root(".", ".") stacks the old root on top of the new one;
@@ -249,6 +266,13 @@ func setupRoot(cfg *childConfig) error {
 	if err := writeEtcFiles(cfg); err != nil {
 		return err
 	}
+	// Only a real directory (Lstat): a symlink there would make the bind land
+	// elsewhere (harmlessly, we are inside the new root by now, but wrongly).
+	if fi, err := os.Lstat("/var/tmp"); err == nil && fi.IsDir() {
+		if err := mount("/tmp", "/var/tmp", "", unix.MS_BIND, ""); err != nil {
+			return err
+		}
+	}
 	if err := maskProc(); err != nil {
 		return err
 	}
@@ -257,6 +281,109 @@ func setupRoot(cfg *childConfig) error {
 		return err
 	}
 	return nil
+}
+
+// bindHostDirs fills the new root with the host's systemDirs.
+func bindHostDirs(nr string) error {
+	rootfd, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /: %w", err)
+	}
+	defer unix.Close(rootfd)
+	for _, d := range systemDirs {
+		if err := bindEntry(rootfd, d, filepath.Join(nr, d)); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("/%s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// bindRootfs fills the new root with the top-level entries of the rootfs
+// whose directory Start opened for us (cfg.RootfsFD), read-only.
+func bindRootfs(nr string, cfg *childConfig) error {
+	// An fd of a directory outside the new root would let whoever holds it
+	// walk out (openat(fd, "..")): closed as soon as the binds exist (and
+	// received close-on-exec, in case of an early return).
+	defer unix.Close(cfg.RootfsFD)
+	dfd, err := unix.Openat(cfg.RootfsFD, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("rootfs %s: %w", cfg.Rootfs, err)
+	}
+	d := os.NewFile(uintptr(dfd), cfg.Rootfs)
+	names, err := d.Readdirnames(maxRootfsEntries + 1)
+	d.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("rootfs %s: list: %w", cfg.Rootfs, err)
+	}
+	if len(names) > maxRootfsEntries {
+		return fmt.Errorf("rootfs %s: more than %d entries at the top", cfg.Rootfs, maxRootfsEntries)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if rootfsReserved[name] {
+			continue
+		}
+		if err := bindEntry(cfg.RootfsFD, name, filepath.Join(nr, name)); err != nil {
+			return fmt.Errorf("rootfs %s: /%s: %w", cfg.Rootfs, name, err)
+		}
+	}
+	return nil
+}
+
+// bindEntry recreates the entry name of the directory dirfd at dst (on the
+// new root's tmpfs): a directory or a regular file as a read-only recursive
+// bind, a symlink as the same symlink (merged /usr: /bin -> usr/bin resolves
+// inside the new root; a link pointing elsewhere simply dangles). Anything
+// else (device nodes, fifos, sockets) is left out.
+func bindEntry(dirfd int, name, dst string) error {
+	// O_PATH|O_NOFOLLOW opens the entry itself, never what a symlink points
+	// at; the bind below takes this fd as its source, so it binds exactly
+	// what was checked here whatever happens to the path meanwhile.
+	fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		target, err := readlinkat(dirfd, name)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case unix.S_IFDIR:
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+	case unix.S_IFREG:
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	default:
+		return nil
+	}
+	if err := mount("/proc/self/fd/"+strconv.Itoa(fd), dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return remountTreeReadOnly(dst)
+}
+
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	if n >= len(buf) {
+		return "", errors.New("symlink target too long")
+	}
+	return string(buf[:n]), nil
 }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {

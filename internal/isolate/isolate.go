@@ -24,12 +24,14 @@
 //     clones it into new user, mount, pid, ipc, uts (and net unless
 //     Network=="all") namespaces with all capabilities kept as ambient
 //     capabilities so that they survive the execve of a non-root uid.
-//  2. Stage 1 of Child() blocks on a sync pipe until the parent has put it
-//     into its cgroup, then unshares the cgroup namespace (so the sandbox sees
-//     its own cgroup as "/"), builds a tmpfs root with read-only binds of the
-//     host's system directories, pivots into it, brings loopback up, applies
-//     rlimits, drops every capability, sets no_new_privs, installs the seccomp
-//     filter and re-executes the binary once more.
+//  2. Stage 1 of Child() blocks on a sync socket until the parent has put it
+//     into its cgroup (and, with Spec.Rootfs, handed it the rootfs's fd),
+//     then unshares the cgroup namespace (so the sandbox sees its own cgroup
+//     as "/"), builds a tmpfs root with read-only binds of the host's system
+//     directories (or of the entries of Spec.Rootfs), pivots into it, brings
+//     loopback up, applies rlimits, drops every capability, sets
+//     no_new_privs, installs the seccomp filter and re-executes the binary
+//     once more.
 //  3. Stage 2 of Child() (the fresh, single-image process) reports "ready"
 //     through a status pipe and returns. Start returns at that point.
 //
@@ -98,15 +100,17 @@ type childConfig struct {
 	TmpSize   int64  `json:"tmp"`
 	NoFile    uint64 `json:"nofile"`
 	FSize     int64  `json:"fsize"`
+	// Rootfs is Spec.Rootfs ("" = the host's directories), for messages:
+	// the child gets the directory as an fd with the release on the sync
+	// socket, and RootfsFD is where it received it.
+	Rootfs   string `json:"rootfs,omitempty"`
+	RootfsFD int    `json:"-"`
 }
 
 // Start starts a sandbox and returns once its init has finished the setup
 // (Child returned in it). ctx bounds only the setup: the sandbox outlives
 // ctx and the calling process (there is no parent-death signal).
 func Start(ctx context.Context, spec Spec) (p *Process, err error) {
-	if spec.Rootfs != "" {
-		return nil, errors.New("isolate: Spec.Rootfs is not supported yet")
-	}
 	switch spec.Network {
 	case "":
 		spec.Network = NetworkNone
@@ -154,7 +158,22 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		return nil, fmt.Errorf("isolate: open init binary: %w", err)
 	}
 	defer exe.Close()
-	syncR, syncW, err := os.Pipe()
+	// The rootfs is validated and opened here (again through the child's
+	// mount namespace below, for the same reason as the binary).
+	var rootfs *os.File
+	if spec.Rootfs != "" {
+		if rootfs, err = openRootfs(spec.Rootfs); err != nil {
+			return nil, err
+		}
+		defer rootfs.Close()
+		cfg.Rootfs = rootfs.Name()
+		if err := checkInterpreter(exe, spec.Path, rootfs); err != nil {
+			return nil, err
+		}
+	}
+	// The sync channel is a socket pair rather than a pipe: the release
+	// carries the rootfs fd (SCM_RIGHTS).
+	syncR, syncW, err := socketPair()
 	if err != nil {
 		return nil, err
 	}
@@ -251,8 +270,17 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	}
 	// Only now may the child proceed: everything it does from here on is
 	// accounted and limited by its cgroup.
-	if _, err := syncW.Write([]byte{'G'}); err != nil {
-		// EPIPE: the init is already gone.
+	var rights []byte
+	if rootfs != nil {
+		fd, err := reopenInChild(p.Pid, rootfs)
+		if err != nil {
+			return fail(fmt.Errorf("isolate: %w", err))
+		}
+		rights = unix.UnixRights(fd)
+		defer unix.Close(fd)
+	}
+	if err := unix.Sendmsg(int(syncW.Fd()), []byte{'G'}, rights, nil, unix.MSG_NOSIGNAL); err != nil {
+		// EPIPE (ECONNRESET): the init is already gone.
 		p.Kill()
 		info, _ := p.Wait()
 		p.Cleanup()
@@ -290,7 +318,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		p.Kill()
 		info, _ := p.Wait()
 		p.Cleanup()
-		return nil, fmt.Errorf("isolate: sandbox init exited during setup (%v); does %s call isolate.Child?", info, spec.Path)
+		hint := fmt.Sprintf("does %s call isolate.Child?", spec.Path)
+		if spec.Rootfs != "" {
+			// Stage 2 is the binary re-executed inside the rootfs, with the
+			// rootfs's dynamic loader and C library.
+			hint += fmt.Sprintf(" If it is dynamically linked, the C library of rootfs %s may be too old for it (the init's stderr says; a static binary, CGO_ENABLED=0, avoids this)", spec.Rootfs)
+		}
+		return nil, fmt.Errorf("isolate: sandbox init exited during setup (%v); %s", info, hint)
 	}
 }
 

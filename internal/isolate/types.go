@@ -62,8 +62,16 @@ type Spec struct {
 
 	Hostname string // default "sandbox"
 	Network  string // NetworkNone (default) or NetworkAll
-	// Rootfs is not implemented yet: only "" (the host's system directories)
-	// is accepted.
+	// Rootfs is the directory whose content becomes the sandbox's root,
+	// read-only; "" means the host's system directories (/usr, /bin, /sbin,
+	// /lib*, /etc) and nothing else of the host. Either way the sandbox's
+	// /proc, /dev, /tmp, /home/user and /files are its own (they need not
+	// exist in the rootfs; a rootfs's own are hidden, as are its /home and
+	// /sys), and /etc/passwd, group, hostname and hosts are overlaid where
+	// the rootfs has them. It must be a directory with /etc, /etc/passwd and
+	// /etc/group, other than the host's root. Nothing is ever written to it.
+	// The init binary is re-executed inside it: a dynamically linked one
+	// needs a compatible dynamic loader and C library there.
 	Rootfs string
 
 	// Resource limits; 0 = unlimited. Enforced through cgroups v1 or v2.

@@ -40,11 +40,11 @@ func runAgent() int {
 	// The process environment of kernels and commands is built from scratch:
 	// nothing of the host's leaks in.
 	os.Clearenv()
-	env := sandboxEnv(cfg.Env)
+	env := agent.SandboxEnv(cfg.Env)
 	for k, v := range env {
 		os.Setenv(k, v)
 	}
-	go reapOrphans()
+	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env})
 	srv := agent.New(agent.Config{
@@ -72,25 +72,4 @@ func runAgent() int {
 		return 1
 	}
 	return 0
-}
-
-// sandboxEnv is the sandbox contract's environment (DESIGN §4) plus the
-// user's variables.
-func sandboxEnv(user map[string]string) map[string]string {
-	env := map[string]string{
-		"PATH":    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME":    "/home/user",
-		"USER":    "user",
-		"LOGNAME": "user",
-		"LANG":    "C.UTF-8",
-		"TZ":      "UTC",
-		"SHELL":   "/bin/bash",
-		"TMPDIR":  "/tmp",
-		// Figures render without a display; the kernel captures them as PNG.
-		"MPLBACKEND": "Agg",
-	}
-	for k, v := range user {
-		env[k] = v
-	}
-	return env
 }

@@ -33,6 +33,11 @@ type record struct {
 	CPUs      float64           `json:"cpus,omitempty"`
 	Pids      int64             `json:"pids,omitempty"`
 	Cgroups   []string          `json:"cgroups,omitempty"`
+	// Environment is what the sandbox runs on: "host" (the host's system
+	// directories) or the environment name (or id) it was created with;
+	// BuildID pins the build (empty for host).
+	Environment string `json:"environment,omitempty"`
+	BuildID     string `json:"build_id,omitempty"`
 }
 
 const (

@@ -35,6 +35,9 @@ type shimSpec struct {
 	// delegation) the sandbox starts without it instead of failing.
 	DefaultPids bool  `json:"default_pids"`
 	TmpSize     int64 `json:"tmp_bytes"`
+	// Rootfs is the environment's root filesystem ("" = the host's system
+	// directories), the sandbox's read-only root.
+	Rootfs string `json:"rootfs,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -128,6 +131,7 @@ func runShim() int {
 		Pids:          r.Pids,
 		HomeSizeBytes: spec.Home,
 		TmpSizeBytes:  spec.TmpSize,
+		Rootfs:        spec.Rootfs,
 	}
 	proc, err := isolate.Start(context.Background(), ispec)
 	if err != nil && spec.DefaultPids && r.Memory == 0 && r.CPUs == 0 {

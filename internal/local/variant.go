@@ -9,18 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/forward"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
@@ -37,9 +36,10 @@ func (Variant) Capabilities() driver.Capabilities {
 		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true}
 }
 
-// Environments implements driver.Variant.
+// Environments implements driver.Variant: host, and the builds of the
+// environment store.
 func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Environment, error) {
-	return []driver.Environment{{Name: "host", Variant: "local", Description: "the host's system directories (/usr, /etc, …) read-only, with the host's python3"}}, nil
+	return environments(spec.EnvironmentDir)
 }
 
 func newSandboxID() string {
@@ -69,9 +69,6 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if spec.Network == "" {
 		spec.Network = "none"
 	}
-	if spec.Environment != "" && spec.Environment != "host" {
-		return nil, fmt.Errorf("%w: environment %q is unknown to the local variant; it has: host", sberr.ErrInvalidConfig, spec.Environment)
-	}
 	for _, p := range spec.Packages {
 		if p == "" || strings.HasPrefix(p, "-") || strings.ContainsAny(p, " \t\r\n\x00") {
 			return nil, fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
@@ -81,6 +78,12 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an environment that has them)", sberr.ErrInvalidConfig)
 	}
 	if err := isolate.CheckSupport(); err != nil {
+		return nil, err
+	}
+	// After the cheap checks: this may build the environment (first use of
+	// a built-in one).
+	senv, err := resolveEnvironment(ctx, spec)
+	if err != nil {
 		return nil, err
 	}
 	rt := runtimeDir(spec.Local.RuntimeDir)
@@ -98,13 +101,16 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
-		Token: newToken(), Network: spec.Network, Memory: spec.MemoryBytes, CPUs: spec.CPUs, Pids: spec.Pids}
+		Token: newToken(), Network: spec.Network, Memory: spec.MemoryBytes, CPUs: spec.CPUs, Pids: spec.Pids,
+		Environment: senv.Name, BuildID: senv.BuildID}
 	defaulted := rec.Pids == 0
 	if defaulted {
 		rec.Pids = defaultPids
 	}
-	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
-		Workdir: workdir, Env: spec.Env, Lifetime: spec.Lifetime,
+	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
+	// environment (the build's Env may set PATH).
+	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
+		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}}
@@ -223,15 +229,13 @@ func tail(path string, n int64) string {
 type instance struct {
 	rt, id string
 	c      *client.Client
-
-	mu       sync.Mutex
-	forwards map[int]net.Listener
+	fw     forward.Set
 }
 
 func newInstance(rt, id, token string) *instance {
 	sock := filepath.Join(rt, id, socketFile)
 	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), AccessToken: token})
-	return &instance{rt: rt, id: id, c: c, forwards: map[int]net.Listener{}}
+	return &instance{rt: rt, id: id, c: c}
 }
 
 func (i *instance) dir() string { return filepath.Join(i.rt, i.id) }
@@ -308,54 +312,7 @@ func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
 // through the agent's socket: it works with network "none" too. The forward
 // lives as long as this handle (Release or Close end it).
 func (i *instance) Host(ctx context.Context, port int) (string, error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if ln, ok := i.forwards[port]; ok {
-		return ln.Addr().String(), nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	i.forwards[port] = ln
-	go func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				up, err := i.c.DialPort(dctx, port)
-				cancel()
-				if err != nil {
-					down.Close()
-					return
-				}
-				pipe(down, up)
-			}()
-		}
-	}()
-	return ln.Addr().String(), nil
-}
-
-func pipe(a, b net.Conn) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	cp := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	wg.Wait()
-	a.Close()
-	b.Close()
+	return i.fw.Addr(port, i.c.DialPort)
 }
 
 func (i *instance) Kill(ctx context.Context) error {
@@ -363,12 +320,7 @@ func (i *instance) Kill(ctx context.Context) error {
 }
 
 func (i *instance) Release() error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	for p, ln := range i.forwards {
-		ln.Close()
-		delete(i.forwards, p)
-	}
+	i.fw.Close()
 	if tr, ok := i.c.HTTPClient().Transport.(interface{ CloseIdleConnections() }); ok {
 		tr.CloseIdleConnections()
 	}

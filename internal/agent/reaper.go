@@ -1,4 +1,4 @@
-package local
+package agent
 
 import (
 	"os"
@@ -10,12 +10,13 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
-// reapOrphans collects zombies that were re-parented to us, the sandbox's
-// PID 1. Our own children are waited for by os/exec, which reaps them the
-// moment they exit; a zombie that stays through two scans a few seconds apart
-// is therefore an orphan nobody else will wait for. Reaping blindly with
-// wait4(-1) would steal exit statuses from os/exec.
-func reapOrphans() {
+// ReapOrphans collects zombies that were re-parented to us, the sandbox's
+// PID 1; launchers run it in a goroutine (it never returns). Our own
+// children are waited for by os/exec, which reaps them the moment they exit;
+// a zombie that stays through two scans a few seconds apart is therefore an
+// orphan nobody else will wait for. Reaping blindly with wait4(-1) would
+// steal exit statuses from os/exec.
+func ReapOrphans() {
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGCHLD)
 	seen := map[int]bool{}

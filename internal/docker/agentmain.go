@@ -1,0 +1,227 @@
+package docker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+)
+
+// The re-executed binary's role, chosen by roleEnv (the variable the local
+// variant's roles use too; the values differ).
+const (
+	roleEnv   = "CODE_SANDBOXES_ROLE"
+	roleAgent = "docker-agent"
+)
+
+// Paths inside the container.
+const (
+	agentInContainer = "/usr/local/libexec/code-sandboxes-agent"
+	runInContainer   = "/run/code-sandboxes"
+	configFile       = "config.json"
+	socketFile       = "agent.sock"
+)
+
+// The sandbox contract's user (DESIGN §4).
+const (
+	sandboxUID = 1000
+	sandboxGID = 100
+)
+
+// agentConfig is what the host hands the agent, in run/config.json (the
+// same fields as the local variant's; not the environment, which user code
+// could read in /proc/1/environ).
+type agentConfig struct {
+	ID       string            `json:"id"`
+	Token    string            `json:"token"`
+	Python   string            `json:"python"`
+	Workdir  string            `json:"workdir"`
+	Env      map[string]string `json:"env"`
+	Lifetime time.Duration     `json:"lifetime"`
+	// NoPrewarm leaves the default kernel to start on first use.
+	NoPrewarm bool `json:"no_prewarm,omitempty"`
+	// SocketMode is the agent socket's mode: 0600 when the host side is
+	// root (who connects whatever the owner), so code in the sandbox can't
+	// even connect; 0 = 0666, for callers that aren't root (the token is
+	// then the only gate, as it always is for everything but /health).
+	SocketMode os.FileMode `json:"socket_mode,omitempty"`
+}
+
+// Main runs the container agent when this process was started as one (the
+// env var roleEnv says so) and exits; it returns normally otherwise. The
+// public package calls it from init, so any static binary that imports it
+// can be a docker sandbox's init.
+func Main() {
+	if os.Getenv(roleEnv) == roleAgent {
+		os.Exit(runAgent())
+	}
+}
+
+func agentFail(format string, a ...any) int {
+	fmt.Fprintf(os.Stderr, "code-sandboxes docker agent: "+format+"\n", a...)
+	return 1
+}
+
+// runAgent is the container's init. It starts as uid 0 with only the
+// capabilities to change its ids (the container drops every other one and
+// sets no_new_privs), takes its config and opens its socket while it still
+// owns the root-owned run directory, then becomes the sandbox user for good
+// before any user code can run.
+func runAgent() int {
+	// The role is only meaningful as a container's init: refuse to drop
+	// privileges or open sockets anywhere else (a leaked env var on a host).
+	if os.Getpid() != 1 {
+		return agentFail("this role runs only as a container's init (PID 1); it is started by the docker variant")
+	}
+	cfgPath := filepath.Join(runInContainer, configFile)
+	cfg, err := readAgentConfig(cfgPath)
+	if err != nil {
+		return agentFail("reading %s: %v", cfgPath, err)
+	}
+	// The token must not stay readable once user code runs.
+	if err := os.Remove(cfgPath); err != nil {
+		return agentFail("removing %s: %v", cfgPath, err)
+	}
+	sock := filepath.Join(runInContainer, socketFile)
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return agentFail("listen on %s: %v", sock, err)
+	}
+	// The token is the authentication; the mode keeps user code from even
+	// connecting where the host allows (see SocketMode). The directory stays
+	// root-owned, so user code can't unlink or replace the socket.
+	mode := cfg.SocketMode.Perm()
+	if mode == 0 {
+		mode = 0o666
+	}
+	if err := os.Chmod(sock, mode); err != nil {
+		return agentFail("chmod %s: %v", sock, err)
+	}
+	if err := dropPrivileges(); err != nil {
+		return agentFail("dropping privileges: %v", err)
+	}
+	// /proc/1/{mem,environ,fd} closed to user code, which runs as our uid.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return agentFail("prctl(PR_SET_DUMPABLE, 0): %v", errno)
+	}
+	agent.SingleThreaded()
+	ignoreSignals()
+	// The process environment of kernels and commands is built from scratch:
+	// nothing of the container's (or the engine's) leaks in.
+	os.Clearenv()
+	for k, v := range agent.SandboxEnv(cfg.Env) {
+		os.Setenv(k, v)
+	}
+	if err := os.Chdir("/"); err != nil {
+		return agentFail("chdir /: %v", err)
+	}
+	go agent.ReapOrphans()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env})
+	srv := agent.New(agent.Config{
+		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
+		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
+		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
+	})
+	// Returning ends the container (we are its init), which the engine then
+	// removes (AutoRemove): that is how the lifetime ends a sandbox.
+	if err := srv.Serve(context.Background(), ln); err != nil {
+		return agentFail("%v", err)
+	}
+	return 0
+}
+
+func readAgentConfig(path string) (agentConfig, error) {
+	var cfg agentConfig
+	f, err := os.Open(path)
+	if err != nil {
+		return cfg, err
+	}
+	defer f.Close()
+	if err := json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.Token == "" {
+		return cfg, errors.New("no access token")
+	}
+	return cfg, nil
+}
+
+// dropPrivileges makes every thread of the process the sandbox user, with no
+// supplementary groups. Go's syscall.Set* apply to all threads (Go ≥ 1.16);
+// moving every uid away from 0 clears the permitted and effective
+// capabilities, and no_new_privs keeps them from coming back through exec.
+func dropPrivileges() error {
+	if err := syscall.Setgroups([]int{}); err != nil {
+		return fmt.Errorf("setgroups([]): %w", err)
+	}
+	if err := syscall.Setgid(sandboxGID); err != nil {
+		return fmt.Errorf("setgid(%d): %w", sandboxGID, err)
+	}
+	if err := syscall.Setuid(sandboxUID); err != nil {
+		return fmt.Errorf("setuid(%d): %w", sandboxUID, err)
+	}
+	// Verify rather than trust: a half-done drop must not serve user code.
+	if syscall.Getuid() != sandboxUID || syscall.Geteuid() != sandboxUID || syscall.Getgid() != sandboxGID || syscall.Getegid() != sandboxGID {
+		return fmt.Errorf("ids after the drop: uid %d euid %d gid %d egid %d", syscall.Getuid(), syscall.Geteuid(), syscall.Getgid(), syscall.Getegid())
+	}
+	if err := syscall.Setuid(0); err == nil {
+		return errors.New("setuid(0) still succeeds after the drop")
+	}
+	if g, err := syscall.Getgroups(); err != nil || len(g) != 0 {
+		return fmt.Errorf("supplementary groups after the drop: %v %v", g, err)
+	}
+	if eff, err := effectiveCaps(); err != nil || eff != 0 {
+		return fmt.Errorf("effective capabilities after the drop: %#x %v", eff, err)
+	}
+	return nil
+}
+
+// effectiveCaps reads CapEff from /proc/self/status.
+func effectiveCaps() (uint64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
+			var caps uint64
+			_, err := fmt.Sscanf(strings.TrimSpace(v), "%x", &caps)
+			return caps, err
+		}
+	}
+	return 0, errors.New("no CapEff line")
+}
+
+// ignoreSignals: user code runs as our uid and may signal us (PID 1) with
+// anything but SIGKILL/SIGSTOP, which the kernel keeps from a namespace's
+// init. No signal ends the agent: the host ends a sandbox by removing its
+// container (SIGKILL from outside), and the agent's lifetime ends it from
+// within.
+func ignoreSignals() {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSYS,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
+		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTKFLT, syscall.SIGPWR)
+	go func() {
+		for range sigs { //nolint:revive // drained on purpose: each signal is ignored
+			continue
+		}
+	}()
+}
