@@ -363,6 +363,23 @@ func (b *builder) contract(ctx context.Context) error {
 			_ = os.Lchown(p, d.uid, 100)
 		}
 	}
+	// Launchers overlay these files, which needs them to exist; and
+	// "localhost" must resolve with network none.
+	for name, content := range map[string]string{
+		"etc/hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"etc/hostname": "sandbox\n",
+	} {
+		p, err := securejoin.SecureJoin(b.rootfs, name)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Lstat(p); err == nil {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
 	if err := ensureLine(b.rootfs, "etc/group", "users:", "users:x:100:user\n", ":100:"); err != nil {
 		return err
 	}

@@ -168,6 +168,9 @@ func checkImageRootfs(t *testing.T, b *Build) {
 	if !strings.Contains(read("etc/passwd"), "user:x:1000:100:") || !strings.Contains(read("etc/code-sandboxes/environment.json"), b.ID) {
 		t.Error("contract user or manifest missing")
 	}
+	if !strings.Contains(read("etc/hosts"), "localhost") {
+		t.Error("/etc/hosts must let localhost resolve")
+	}
 	for _, d := range []string{"home/user", "files", "tmp", "proc", "dev"} {
 		if fi, err := os.Stat(filepath.Join(r, d)); err != nil || !fi.IsDir() {
 			t.Errorf("mount point /%s missing", d)

@@ -21,7 +21,7 @@ import (
 
 // builderVersion is mixed into every build id: bump it when the build steps
 // change what ends up in a rootfs, so old builds are not mistaken for new.
-const builderVersion = 1
+const builderVersion = 2
 
 // Limits on spec inputs: a spec is small, and a build reads every input to
 // hash it.
