@@ -2,9 +2,7 @@ package sandboxes_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,107 +26,12 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
-// dockerTestStore is the environment store the docker tests use. "" is the
-// default store, where Ensure builds the built-in "python" environment on
-// first use. handMadeStore makes a store by hand instead, from a Debian
-// rootfs at handMadeRootfs (mmdebstrap --variant=minbase
-// --include=python3,python3-numpy,python3-pandas,python3-matplotlib,python3-pip
-// bookworm DIR), for hosts where the builder can't run yet.
-var dockerTestStore = handMadeStore
-
-const (
-	handMadeStore  = "hand-made"
-	handMadeRootfs = "/tmp/mmtest/rootfs"
-	// handMadeDir is fixed (not a t.TempDir) so that its image, keyed by
-	// the build id, is imported into the engine once, not on every run.
-	handMadeDir = "/tmp/code-sandboxes-docker-test-env"
-)
-
-var (
-	storeOnce sync.Once
-	storeDir  string
-	storeErr  error
-)
-
-// dockerStore returns the store dir to put in Config.EnvironmentDir.
+// dockerStore returns the store dir to put in Config.EnvironmentDir, with
+// the built-in "python" environment built (on first use: minutes).
 func dockerStore(t *testing.T) string {
 	t.Helper()
-	if dockerTestStore != handMadeStore {
-		return dockerTestStore
-	}
-	storeOnce.Do(func() { storeDir, storeErr = makeHandMadeStore() })
-	if storeErr != nil {
-		sandboxestest.Require(t, false, "a Debian rootfs for the docker tests' environment: "+storeErr.Error())
-	}
-	return storeDir
-}
-
-// makeHandMadeStore lays out what environment.Store expects: a build
-// directory with build.json and rootfs/, and names/python pointing at it.
-// The rootfs is a hard-linked copy (instant, no space) of handMadeRootfs,
-// with the contract's user added as the real builder does; the build id
-// hashes what identifies that rootfs, so a rebuilt one gets a new image.
-func makeHandMadeStore() (string, error) {
-	status, err := os.Stat(filepath.Join(handMadeRootfs, "var/lib/dpkg/status"))
-	if err != nil {
-		return "", fmt.Errorf("%s is missing or incomplete: %w", handMadeRootfs, err)
-	}
-	if _, err := os.Stat(filepath.Join(handMadeRootfs, "usr/bin/python3")); err != nil {
-		return "", fmt.Errorf("%s has no python3: %w", handMadeRootfs, err)
-	}
-	sum := sha256.Sum256(fmt.Appendf(nil, "hand-made python test environment v1|%s|%d|%d", handMadeRootfs, status.Size(), status.ModTime().UnixNano()))
-	id := hex.EncodeToString(sum[:])
-	build := filepath.Join(handMadeDir, "builds", id)
-	if _, err := os.Stat(filepath.Join(build, "build.json")); err == nil {
-		return handMadeDir, nil
-	}
-	for _, d := range []string{"builds", "names", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(handMadeDir, d), 0o755); err != nil {
-			return "", err
-		}
-	}
-	work := filepath.Join(handMadeDir, "tmp", id)
-	_ = os.RemoveAll(work)
-	if err := os.MkdirAll(work, 0o755); err != nil {
-		return "", err
-	}
-	if out, err := exec.Command("cp", "-al", handMadeRootfs, filepath.Join(work, "rootfs")).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("cp -al %s: %v: %s", handMadeRootfs, err, out)
-	}
-	// Replace (not edit: they are hard links to the original) passwd and
-	// group with copies that know the sandbox's user.
-	for file, line := range map[string]string{"etc/passwd": "user:x:1000:100:user:/home/user:/bin/bash\n", "etc/group": ""} {
-		p := filepath.Join(work, "rootfs", file)
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return "", err
-		}
-		if line != "" && !strings.Contains(string(b), "\nuser:") {
-			b = append(b, line...)
-		}
-		_ = os.Remove(p)
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			return "", err
-		}
-	}
-	for _, d := range []string{"home/user", "files"} {
-		if err := os.MkdirAll(filepath.Join(work, "rootfs", d), 0o755); err != nil {
-			return "", err
-		}
-	}
-	rec, _ := json.Marshal(map[string]any{"id": id, "name": "python", "base": "debian bookworm",
-		"description": "hand-made test environment from " + handMadeRootfs, "created_at": time.Now().UTC()})
-	if err := os.WriteFile(filepath.Join(work, "build.json"), rec, 0o644); err != nil {
-		return "", err
-	}
-	_ = os.RemoveAll(build)
-	if err := os.Rename(work, build); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(handMadeDir, "names", "python"), []byte(id+"\n"), 0o644); err != nil {
-		return "", err
-	}
-	return handMadeDir, nil
+	pythonEnv(t)
+	return envStoreDir
 }
 
 // engine returns a client of the local Docker engine, or skips (fails
@@ -586,7 +488,7 @@ func TestDockerEnvironments(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(envs, func(e sandboxes.Environment) bool { return e.Name == "python" })
-	if i < 0 || envs[i].Variant != "docker" || (dockerTestStore == handMadeStore && len(envs[i].BuildID) != 64) {
+	if i < 0 || envs[i].Variant != "docker" || len(envs[i].BuildID) != 64 {
 		t.Errorf("environments = %+v", envs)
 	}
 }

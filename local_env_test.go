@@ -23,11 +23,6 @@ import (
 // build).
 var envStoreDir = os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")
 
-// buildPythonEnv: when the store has no "python" build, build the built-in
-// one (Ensure) instead of skipping (failing with CI=true). Off until the
-// builder is in; then switch it on.
-const buildPythonEnv = false
-
 type logWriter struct{ t *testing.T }
 
 func (w logWriter) Write(p []byte) (int, error) {
@@ -46,23 +41,14 @@ func pythonEnv(t *testing.T) (*environment.Store, *environment.Build) {
 	if dir == "" {
 		dir = environment.DefaultDir()
 	}
-	if !buildPythonEnv {
-		// Opening creates the store: not for a mere look.
-		_, err := os.Stat(dir)
-		sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment: no environment store at %s (set CODE_SANDBOXES_TEST_ENV_DIR)", dir))
-	}
 	st, err := environment.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b *environment.Build
-	if buildPythonEnv {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		b, err = st.Ensure(ctx, "python", environment.BuildOptions{Progress: logWriter{t}})
-	} else {
-		b, err = st.Resolve("python")
-	}
+	// Built on first use (minutes), then cached on the machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	b, err := st.Ensure(ctx, "python", environment.BuildOptions{Progress: logWriter{t}})
 	sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment in the store %s (set CODE_SANDBOXES_TEST_ENV_DIR): %v", st.Dir, err))
 	return st, b
 }

@@ -655,7 +655,8 @@ func infoOf(labels map[string]string, state string, created time.Time, r *record
 	mem, _ := strconv.ParseInt(labels[labelMemory], 10, 64)
 	cpus, _ := strconv.ParseFloat(labels[labelCPUs], 64)
 	return driver.Info{ID: labels[labelID], Variant: "docker", Name: labels[labelName], Tags: tags, Status: status,
-		CreatedAt: created, EndAt: endOf(labels, r), Memory: mem, CPUs: cpus, Network: labels[labelNetwork]}
+		CreatedAt: created, EndAt: endOf(labels, r), Memory: mem, CPUs: cpus, Network: labels[labelNetwork],
+		Environment: labels[labelEnv], BuildID: labels[labelEnvBuild]}
 }
 
 // sweep removes containers past their end (plus grace) or no longer

@@ -91,6 +91,10 @@ type Info struct {
 	Memory    int64             `json:"memory_bytes,omitempty"`
 	CPUs      float64           `json:"cpus,omitempty"`
 	Network   string            `json:"network,omitempty"`
+	// Environment and BuildID say what the sandbox runs on; a sandbox pins
+	// the build id it started from.
+	Environment string `json:"environment,omitempty"`
+	BuildID     string `json:"build_id,omitempty"`
 }
 
 // Capabilities say which optional operations a variant supports; an

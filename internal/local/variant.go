@@ -293,7 +293,8 @@ func infoOf(r *record) driver.Info {
 		status = "stopped"
 	}
 	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
-		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network}
+		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
+		Environment: r.Environment, BuildID: r.BuildID}
 }
 
 func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
