@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -167,5 +168,20 @@ func TestNetworkMode(t *testing.T) {
 	}
 	if _, _, err := networkMode("allowlist"); !errors.Is(err, sberr.ErrNotSupported) {
 		t.Errorf("allowlist: %v", err)
+	}
+}
+
+func TestRemoteEngineRefused(t *testing.T) {
+	for host, local := range map[string]bool{
+		"unix:///var/run/docker.sock": true, "tcp://127.0.0.1:2375": true, "tcp://localhost:2375": true,
+		"tcp://[::1]:2375": true, "tcp://10.1.2.3:2376": false, "ssh://me@builder": false, "tcp://docker.example:2376": false,
+	} {
+		if got := localEngine(host); got != local {
+			t.Errorf("localEngine(%q) = %v, want %v", host, got, local)
+		}
+	}
+	_, err := connect(context.Background(), driver.DockerSpec{Host: "tcp://10.1.2.3:2376"})
+	if !errors.Is(err, sberr.ErrInvalidConfig) || !strings.Contains(err.Error(), "another machine") {
+		t.Errorf("remote engine: %v", err)
 	}
 }

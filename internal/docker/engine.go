@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -43,6 +45,9 @@ func connect(ctx context.Context, spec driver.DockerSpec) (*engine, error) {
 	if host == "" {
 		host = mobyclient.DefaultDockerHost
 	}
+	if !localEngine(host) {
+		return nil, fmt.Errorf("%w: the Docker engine at %s is on another machine, but the docker variant bind-mounts the agent and the socket directory from this one: use a local engine (unix socket or loopback)", sberr.ErrInvalidConfig, host)
+	}
 	c, err := mobyclient.New(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: Docker engine address %q: %w", sberr.ErrInvalidConfig, host, err)
@@ -54,6 +59,26 @@ func connect(ctx context.Context, spec driver.DockerSpec) (*engine, error) {
 		return nil, fmt.Errorf("%w: the Docker engine at %s is not reachable (start dockerd or set DOCKER_HOST / Config.Docker.Host): %w", sberr.ErrUnavailable, host, err)
 	}
 	return &engine{c: c, host: host}, nil
+}
+
+// localEngine reports whether host addresses an engine on this machine.
+func localEngine(host string) bool {
+	u, err := url.Parse(host)
+	if err != nil {
+		return false
+	}
+	switch u.Scheme {
+	case "unix", "npipe":
+		return true
+	case "tcp", "http", "https":
+		h := u.Hostname()
+		if h == "localhost" {
+			return true
+		}
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return false // ssh:// and the like reach another machine
 }
 
 func (e *engine) Close() { _ = e.c.Close() }
