@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the benchmarks and writes BENCHMARKS.md at the repository root.
+# Runs the benchmarks and writes BENCHMARKS.md at the repository root. The
+# docker variant's numbers need a Docker engine: with-dockerd.sh starts one
+# for the run when none answers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec go run ./bench "$@"
+exec ./scripts/with-dockerd.sh go run ./bench "$@"
