@@ -199,7 +199,7 @@ func TestDockerContainerSettings(t *testing.T) {
 	if !hc.ReadonlyRootfs || !hc.AutoRemove || string(hc.NetworkMode) != "none" || hc.Privileged {
 		t.Errorf("readonly %v autoremove %v network %q privileged %v", hc.ReadonlyRootfs, hc.AutoRemove, hc.NetworkMode, hc.Privileged)
 	}
-	if !slices.Contains(hc.CapDrop, "ALL") || len(hc.CapAdd) != 2 || !slices.Contains(hc.SecurityOpt, "no-new-privileges") {
+	if !slices.Contains(hc.CapDrop, "ALL") || len(hc.CapAdd) != 3 || !slices.Contains(hc.SecurityOpt, "no-new-privileges") {
 		t.Errorf("capdrop %v capadd %v securityopt %v", hc.CapDrop, hc.CapAdd, hc.SecurityOpt)
 	}
 	// The limits as the sandbox sees them (cgroup v1 or v2).

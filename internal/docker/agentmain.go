@@ -15,8 +15,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
 // The re-executed binary's role, chosen by roleEnv (the variable the local
@@ -117,6 +119,15 @@ func runAgent() int {
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
 		return agentFail("prctl(PR_SET_DUMPABLE, 0): %v", errno)
 	}
+	// The local variant's seccomp filter on top of the engine's profile,
+	// before any user code runs: the engine's default depends on its
+	// version, and Docker before 25 allows io_uring (a steady source of
+	// kernel exploits) and the whole i386 syscall table on x86-64; the
+	// hostile suite found io_uring_setup allowed on Docker 20.10. Every
+	// process user code starts inherits both filters.
+	if err := isolate.LoadSeccompAllThreads(); err != nil {
+		return agentFail("installing the seccomp filter: %v", err)
+	}
 	agent.SingleThreaded()
 	ignoreSignals()
 	// The process environment of kernels and commands is built from scratch:
@@ -161,10 +172,18 @@ func readAgentConfig(path string) (agentConfig, error) {
 }
 
 // dropPrivileges makes every thread of the process the sandbox user, with no
-// supplementary groups. Go's syscall.Set* apply to all threads (Go ≥ 1.16);
-// moving every uid away from 0 clears the permitted and effective
-// capabilities, and no_new_privs keeps them from coming back through exec.
+// supplementary groups and no capability in any set. Go's syscall.Set* apply
+// to all threads (Go ≥ 1.16); moving every uid away from 0 clears the
+// permitted and effective capabilities, and no_new_privs keeps them from
+// coming back through exec. The bounding set (per thread, which the engine
+// fills with the capabilities it grants: SETUID and SETGID here) and the
+// inheritable set survive a uid change: they are emptied first, on every
+// thread, as the local variant does (hostile suite, Escalation: CapBnd was
+// 0xc0). Harmless under no_new_privs, but nothing should be left to rely on.
 func dropPrivileges() error {
+	if err := dropBoundingSet(); err != nil {
+		return err
+	}
 	if err := syscall.Setgroups([]int{}); err != nil {
 		return fmt.Errorf("setgroups([]): %w", err)
 	}
@@ -184,28 +203,93 @@ func dropPrivileges() error {
 	if g, err := syscall.Getgroups(); err != nil || len(g) != 0 {
 		return fmt.Errorf("supplementary groups after the drop: %v %v", g, err)
 	}
-	if eff, err := effectiveCaps(); err != nil || eff != 0 {
-		return fmt.Errorf("effective capabilities after the drop: %#x %v", eff, err)
+	// The inheritable set survives setuid (older engines filled it, CVE-2022-24769):
+	// lowering every set to nothing is always allowed.
+	hdr := capHeader{version: linuxCapabilityVersion3}
+	var data [2]capData
+	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
+		return fmt.Errorf("capset(0): %w", errno)
+	}
+	// Every thread, every set: empty.
+	return checkNoCapabilities()
+}
+
+// capLast is the highest capability the kernel knows (an unknown one fails
+// PR_CAPBSET_DROP with EINVAL).
+func capLast() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 63
+	}
+	var n int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil || n < 0 || n > 63 {
+		return 63
+	}
+	return n
+}
+
+// dropBoundingSet empties the capability bounding set of every thread; it
+// needs CAP_SETPCAP, which the container grants for this alone (the uid
+// change clears it right after).
+func dropBoundingSet() error {
+	for c := 0; c <= capLast(); c++ {
+		_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, syscall.PR_CAPBSET_DROP, uintptr(c), 0)
+		if errno == syscall.EINVAL {
+			break // beyond what this kernel knows
+		}
+		if errno == syscall.ENOTSUP {
+			return errors.New("dropping the capability bounding set on every thread needs an agent built without cgo (CGO_ENABLED=0)")
+		}
+		if errno != 0 {
+			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, errno)
+		}
 	}
 	return nil
 }
 
-// effectiveCaps reads CapEff from /proc/self/status.
-func effectiveCaps() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
+const linuxCapabilityVersion3 = 0x20080522
+
+type capHeader struct {
+	version uint32
+	pid     int32
+}
+
+type capData struct {
+	effective, permitted, inheritable uint32
+}
+
+// checkNoCapabilities verifies that every thread has all five capability
+// sets empty.
+func checkNoCapabilities() error {
+	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
-			var caps uint64
-			_, err := fmt.Sscanf(strings.TrimSpace(v), "%x", &caps)
-			return caps, err
+	for _, task := range tasks {
+		f, err := os.Open(filepath.Join("/proc/self/task", task.Name(), "status"))
+		if err != nil {
+			continue // a thread that just exited
+		}
+		sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
+		n := 0
+		for sc.Scan() {
+			for _, set := range []string{"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"} {
+				if v, ok := strings.CutPrefix(sc.Text(), set); ok {
+					n++
+					var caps uint64
+					if _, err := fmt.Sscanf(strings.TrimSpace(v), "%x", &caps); err != nil || caps != 0 {
+						f.Close()
+						return fmt.Errorf("thread %s: %s %s after the drop (%v)", task.Name(), set, strings.TrimSpace(v), err)
+					}
+				}
+			}
+		}
+		f.Close()
+		if n != 5 {
+			return fmt.Errorf("thread %s: %d of the five capability sets found in its status", task.Name(), n)
 		}
 	}
-	return 0, errors.New("no CapEff line")
+	return nil
 }
 
 // ignoreSignals: user code runs as our uid and may signal us (PID 1) with

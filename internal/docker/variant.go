@@ -474,12 +474,14 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 	spec := ls.spec
 	noInit := false
 	pids := ls.pids
-	// The agent needs to change its ids, nothing else. A caller that isn't
-	// root owns run/, which the agent (container root without
-	// CAP_DAC_OVERRIDE) could then neither read config.json in nor create its
-	// socket in: it gets DAC_OVERRIDE too, until it drops to uid 1000 (which
-	// clears every capability).
-	capAdd := []string{"CAP_SETUID", "CAP_SETGID"}
+	// The agent needs to change its ids, nothing else; and SETPCAP to empty
+	// its capability bounding set first (the engine puts the granted
+	// capabilities there, and a uid change leaves that set as it is). A
+	// caller that isn't root owns run/, which the agent (container root
+	// without CAP_DAC_OVERRIDE) could then neither read config.json in nor
+	// create its socket in: it gets DAC_OVERRIDE too, until it drops to uid
+	// 1000 (which clears every capability).
+	capAdd := []string{"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"}
 	if os.Geteuid() != 0 {
 		capAdd = append(capAdd, "CAP_DAC_OVERRIDE")
 	}
@@ -507,8 +509,12 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 		CapAdd:         capAdd,
 		SecurityOpt:    []string{"no-new-privileges"},
 		IpcMode:        "private",
-		Init:           &noInit, // our agent is PID 1, whatever the engine's default
-		Runtime:        spec.Docker.Runtime,
+		// Its own cgroup namespace, as a local sandbox: without one (the
+		// engine's default on cgroup v1) /proc/self/cgroup shows the host's
+		// hierarchy and the engine's full container id.
+		CgroupnsMode: container.CgroupnsModePrivate,
+		Init:         &noInit, // our agent is PID 1, whatever the engine's default
+		Runtime:      spec.Docker.Runtime,
 		Resources: container.Resources{
 			PidsLimit: &pids,
 			Ulimits: []*container.Ulimit{

@@ -19,6 +19,7 @@ func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported
 func CheckSupport() error                           { return errUnsupported }
 func IsChild() bool                                 { return false }
 func Child() error                                  { return errUnsupported }
+func LoadSeccompAllThreads() error                  { return errUnsupported }
 func (p *Process) Wait() (ExitInfo, error)          { return ExitInfo{}, errUnsupported }
 func (p *Process) Kill() error                      { return errUnsupported }
 func (p *Process) Cleanup() error                   { return nil }

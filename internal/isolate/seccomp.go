@@ -4,6 +4,7 @@ package isolate
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
@@ -106,6 +107,29 @@ func buildSeccompPolicy() (*seccomp.Policy, *arch.Info, error) {
 // loadSeccomp installs the filter on the calling thread (stage 1 then execs,
 // so the whole sandbox inherits it). no_new_privs must already be set.
 func loadSeccomp() error {
+	return installSeccomp(0)
+}
+
+// LoadSeccompAllThreads installs the sandbox's seccomp filter (the one every
+// local sandbox runs under) on every thread of the calling process, and
+// sets no_new_privs, which the filter needs. It is for a process that is
+// already inside some other sandbox and can't re-exec under the filter the
+// way stage 1 does: the docker variant's agent (PID 1 of its container)
+// calls it after dropping to the sandbox user, so that a container runs
+// under this filter stacked on the engine's own, whatever the engine
+// version allows (Docker before 25 allows io_uring, and i386 syscalls on
+// x86-64). Filters only add up: the engine's stays in force.
+func LoadSeccompAllThreads() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	// TSYNC gives the other threads no_new_privs along with the filter.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return installSeccomp(unix.SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+func installSeccomp(flags uintptr) error {
 	p, info, err := buildSeccompPolicy()
 	if err != nil {
 		return fmt.Errorf("seccomp policy: %w", err)
@@ -131,8 +155,14 @@ func loadSeccomp() error {
 		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
+	// With TSYNC a positive result is the id of a thread that could not be
+	// synchronised (the filter was then installed nowhere).
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&fprog)))
+	if errno != 0 {
 		return fmt.Errorf("seccomp: %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
 	}
 	return nil
 }
