@@ -207,6 +207,10 @@ func runShim() int {
 	_ = proc.Kill() // whatever is left in the cgroup
 	_ = proc.Cleanup()
 	ln.Close()
+	// Close the log before the directory goes: on a busy disk the close can
+	// block (ext4 discard), and a supervisor still alive after its
+	// directory vanished looks leaked to anyone listing sandboxes.
+	logf.Close()
 	_ = os.RemoveAll(dir)
 	return 0
 }
