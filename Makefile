@@ -15,9 +15,12 @@ deps:
 	./scripts/install-deps.sh
 
 # The README's test command. The docker variant's tests need a Docker
-# engine: with-dockerd.sh starts dockerd for the run when none answers.
+# engine: with-dockerd.sh starts dockerd for the run when none answers. The
+# kubernetes variant's need a cluster: with-k8s.sh builds Kubernetes from
+# the Go module proxy (once per machine, cached), brings a single node up
+# for the run and tears it down, leaving nothing behind.
 test: deps vet
-	./scripts/with-dockerd.sh $(GO) test -count=1 -timeout 20m ./...
+	./scripts/with-dockerd.sh ./scripts/with-k8s.sh $(GO) test -count=1 -timeout 20m ./...
 
 test-short: vet
 	$(GO) test -short -count=1 ./...
