@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -129,7 +128,7 @@ func runAgent() int {
 		return agentFail("installing the seccomp filter: %v", err)
 	}
 	agent.SingleThreaded()
-	ignoreSignals()
+	agent.IgnoreSignals()
 	// The process environment of kernels and commands is built from scratch:
 	// nothing of the container's (or the engine's) leaks in.
 	os.Clearenv()
@@ -290,22 +289,4 @@ func checkNoCapabilities() error {
 		}
 	}
 	return nil
-}
-
-// ignoreSignals: user code runs as our uid and may signal us (PID 1) with
-// anything but SIGKILL/SIGSTOP, which the kernel keeps from a namespace's
-// init. No signal ends the agent: the host ends a sandbox by removing its
-// container (SIGKILL from outside), and the agent's lifetime ends it from
-// within.
-func ignoreSignals() {
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
-		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSYS,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTKFLT, syscall.SIGPWR)
-	go func() {
-		for range sigs { //nolint:revive // drained on purpose: each signal is ignored
-			continue
-		}
-	}()
 }

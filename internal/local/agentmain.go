@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
@@ -52,20 +51,7 @@ func runAgent() int {
 		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
-	// User code runs as our uid and may signal us (PID 1) with anything but
-	// SIGKILL/SIGSTOP, which the kernel keeps from init. No signal ends the
-	// agent: the supervisor ends a sandbox with SIGKILL from outside, and the
-	// agent's own lifetime ends it from within.
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
-		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSYS,
-		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTKFLT, syscall.SIGPWR)
-	go func() {
-		for range sigs { //nolint:revive // drained on purpose: each signal is ignored
-			continue
-		}
-	}()
+	agent.IgnoreSignals()
 	ctx := context.Background()
 	if err := srv.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
