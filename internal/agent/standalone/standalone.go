@@ -1,0 +1,232 @@
+// Package standalone is the in-sandbox agent as a program of its own, for
+// launchers that start it themselves (pods, containers, tests): it serves
+// E2B's envd and code-interpreter protocols on one listener. The
+// code-sandboxes-agent command is a thin wrapper around Main, and so is the
+// public package's "pod-agent" role, so that an image can carry either
+// binary as its agent.
+//
+//	code-sandboxes-agent --listen unix:/run/agent.sock --token-file /run/token
+//	code-sandboxes-agent --sandbox --listen tcp:127.0.0.1:49983 --lifetime 1h --id k123
+package standalone
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+)
+
+// Environment variables the launcher may hand the agent. Both are removed
+// from the process environment before anything else can see them.
+const (
+	// TokenEnv holds the access token (X-Access-Token) when --token-file
+	// is not given.
+	TokenEnv = "CODE_SANDBOXES_TOKEN"
+	// EnvEnv holds, in --sandbox mode, a JSON object of the sandbox's own
+	// environment variables (Config.Env): they travel beside the token (a
+	// Secret on kubernetes), not in the pod's spec.
+	EnvEnv = "CODE_SANDBOXES_ENV"
+)
+
+// maxEnvJSON bounds EnvEnv: the launcher is trusted, but a bound costs
+// nothing and keeps a mistake from eating the sandbox's memory.
+const maxEnvJSON = 1 << 20
+
+// Main runs the agent with the given arguments (without the program name)
+// and returns the process's exit status.
+func Main(args []string) int {
+	fs := flag.NewFlagSet("code-sandboxes-agent", flag.ContinueOnError)
+	listen := fs.String("listen", "tcp:127.0.0.1:49983", "where to listen: unix:PATH or tcp:HOST:PORT")
+	tokenFile := fs.String("token-file", "", "file holding the access token (X-Access-Token); empty = $"+TokenEnv+", else no token (refused with --sandbox)")
+	workdir := fs.String("workdir", "", "default working directory (default $HOME or /home/user)")
+	python := fs.String("python", "", "python interpreter for kernels (default python3 from PATH)")
+	lifetime := fs.Duration("lifetime", 0, "exit after this long (0 = never); POST /x/timeout restarts the countdown")
+	id := fs.String("id", "", "sandbox id reported by /x/info")
+	sandbox := fs.Bool("sandbox", false, "run as a sandbox's init: close /proc/self to user code (PR_SET_DUMPABLE 0), require a token, "+
+		"rebuild the environment from the sandbox contract, the image's variables and $"+EnvEnv+" (JSON), and, as PID 1, ignore signals and reap orphans")
+	prewarm := fs.Bool("prewarm", false, "start the default python kernel before the first request")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if *sandbox {
+		// First, before the token is read: once user code runs (as our
+		// uid), /proc/<our pid>/{environ,mem,fd} must be closed to it, or
+		// it could read the token from our initial environment.
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+			return fail(fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", errno))
+		}
+	}
+	agent.SingleThreaded()
+
+	token := os.Getenv(TokenEnv)
+	os.Unsetenv(TokenEnv)
+	if *tokenFile != "" {
+		b, err := readBounded(*tokenFile, 4096)
+		if err != nil {
+			return fail(err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	if *sandbox && token == "" {
+		// Fail closed: a sandbox's agent without a token would serve
+		// anyone who can reach its port.
+		return fail(fmt.Errorf("--sandbox needs an access token ($%s or --token-file)", TokenEnv))
+	}
+	var userEnv map[string]string
+	if *sandbox {
+		var err error
+		if userEnv, err = sandboxEnvironment(); err != nil {
+			return fail(err)
+		}
+	}
+	if *workdir == "" {
+		*workdir = os.Getenv("HOME")
+		if *workdir == "" {
+			*workdir = "/home/user"
+		}
+	}
+	if *sandbox {
+		// A working directory below the (writable) home may not exist yet
+		// in a fresh sandbox; best effort, the kernel reports a bad cwd.
+		_ = os.MkdirAll(*workdir, 0o755)
+	}
+	network, addr, ok := strings.Cut(*listen, ":")
+	if !ok || (network != "unix" && network != "tcp") {
+		return fail(fmt.Errorf("--listen %q: use unix:PATH or tcp:HOST:PORT", *listen))
+	}
+	if network == "unix" {
+		_ = os.Remove(addr)
+	}
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return fail(err)
+	}
+	if network == "unix" {
+		_ = os.Chmod(addr, 0o600)
+	}
+	ctx := context.Background()
+	if *sandbox && os.Getpid() == 1 {
+		// As a pid namespace's init, user code (our uid) can signal us
+		// with anything but SIGKILL/SIGSTOP; a signal Go handles by dying
+		// would end the sandbox from inside. The launcher ends the sandbox
+		// from outside (SIGKILL), the lifetime from within.
+		ignoreSignals()
+		go agent.ReapOrphans()
+	} else {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+	}
+	home := os.Getenv("HOME")
+	envdOpts := agent.EnvdOptions{Workdir: *workdir, Home: home}
+	if *sandbox {
+		envdOpts = agent.EnvdOptions{DefaultUser: "user", Home: "/home/user", Workdir: *workdir, Env: userEnv}
+	}
+	routes, closeEnvd := agent.EnvdRoutes(envdOpts)
+	srv := agent.New(agent.Config{
+		ID: *id, AccessToken: token, Python: *python, Workdir: *workdir, Env: userEnv, Lifetime: *lifetime,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Routes: routes, OnClose: closeEnvd, Prewarm: *prewarm,
+	})
+	fmt.Fprintf(os.Stderr, "code-sandboxes-agent %s listening on %s\n", agent.Version, *listen)
+	if err := srv.Serve(ctx, ln); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// sandboxEnvironment replaces the process environment with the sandbox's
+// and returns the variables the sandbox's user asked for (EnvEnv): the
+// image's own variables stay (a custom image's PATH, VIRTUAL_ENV …), the
+// launcher's (ours, and what Kubernetes injects about the cluster's API
+// service) go, the sandbox contract fills what is missing, and the user's
+// variables win. Kernels and commands inherit the result.
+func sandboxEnvironment() (map[string]string, error) {
+	var user map[string]string
+	if raw := os.Getenv(EnvEnv); raw != "" {
+		if len(raw) > maxEnvJSON {
+			return nil, fmt.Errorf("$%s is larger than %d bytes", EnvEnv, maxEnvJSON)
+		}
+		if err := json.Unmarshal([]byte(raw), &user); err != nil {
+			return nil, fmt.Errorf("$%s: %w", EnvEnv, err)
+		}
+	}
+	merged := map[string]string{}
+	for _, kv := range os.Environ() {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || launcherVariable(k) {
+			continue
+		}
+		merged[k] = v
+	}
+	for k, v := range user {
+		merged[k] = v
+	}
+	env := agent.SandboxEnv(merged)
+	os.Clearenv()
+	for k, v := range env {
+		if err := os.Setenv(k, v); err != nil {
+			return nil, fmt.Errorf("setting %s: %w", k, err)
+		}
+	}
+	return env, nil
+}
+
+// launcherVariable reports whether an inherited variable belongs to the
+// launcher rather than the image: ours (token, role, env), the API
+// service's address that the kubelet injects into every container, and the
+// runtime's HOSTNAME (other variants don't set it either).
+func launcherVariable(k string) bool {
+	return strings.HasPrefix(k, "CODE_SANDBOXES_") || strings.HasPrefix(k, "KUBERNETES_") || k == "HOSTNAME"
+}
+
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, max)
+	}
+	return b, nil
+}
+
+// ignoreSignals drains every catchable signal (see Main).
+func ignoreSignals() {
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSYS,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
+		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTKFLT, syscall.SIGPWR)
+	go func() {
+		for range sigs { //nolint:revive // drained on purpose: each signal is ignored
+			continue
+		}
+	}()
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "code-sandboxes-agent:", err)
+	return 1
+}

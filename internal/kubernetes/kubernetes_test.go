@@ -1,0 +1,222 @@
+package kubernetes
+
+import (
+	"errors"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+// These tests need no cluster; the root package's kubernetes_test.go runs
+// the variant against a real one.
+
+func TestEgressPeers(t *testing.T) {
+	got, err := egressPeers([]string{"10.1.2.3", "192.168.0.0/16", "2001:db8::1", "10.9.9.9/8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "10.1.2.3/32", "192.168.0.0/16", "2001:db8::1/128"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	for _, bad := range []string{"pypi.org", "*.example.com", "10.0.0.1:443", ""} {
+		if _, err := egressPeers([]string{bad}); !errors.Is(err, sberr.ErrInvalidConfig) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
+
+func TestLabels(t *testing.T) {
+	for in, want := range map[string]string{
+		"nightly": "nightly", "my sandbox!": "my-sandbox", "-x-": "x", "ünï": "n",
+		strings.Repeat("a", 80): strings.Repeat("a", 63),
+	} {
+		if got := sanitizeLabel(in); got != want {
+			t.Errorf("sanitizeLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if k, ok := tagLabel("team", "ai"); !ok || k != "tag.code-sandboxes/team" {
+		t.Errorf("tagLabel(team) = %q %v", k, ok)
+	}
+	for _, kv := range [][2]string{{"a/b", "x"}, {"team", "has space"}, {"team", strings.Repeat("v", 64)}} {
+		if _, ok := tagLabel(kv[0], kv[1]); ok {
+			t.Errorf("tagLabel(%q, %q) accepted", kv[0], kv[1])
+		}
+	}
+}
+
+func testPlan() *plan {
+	return &plan{c: &cluster{key: "k", namespace: "ns"}, image: "img:1", pullPolicy: corev1.PullIfNotPresent,
+		env: map[string]string{"A": "b"}, workdir: "/home/user", network: "none", memory: 512 << 20, cpus: 1.5, prewarm: true}
+}
+
+func TestPodFor(t *testing.T) {
+	p := testPlan()
+	m := meta{id: "kabcdefghijklmnop", name: "n 1", tags: map[string]string{"team": "ai", "x/y": "z"}, lifetime: time.Hour}
+	pod := podFor(p, m, time.Now().Add(time.Hour))
+	s, c := pod.Spec, pod.Spec.Containers[0]
+	if pod.Name != "code-sandboxes-kabcdefghijklmnop" || pod.Labels[labelID] != m.id || pod.Labels[labelName] != "n-1" ||
+		pod.Annotations[annName] != "n 1" || pod.Labels["tag.code-sandboxes/team"] != "ai" || !strings.Contains(pod.Annotations[annTags], `"x/y":"z"`) {
+		t.Errorf("meta %+v", pod.ObjectMeta)
+	}
+	if *s.ActiveDeadlineSeconds != 3630 || *s.AutomountServiceAccountToken || *s.EnableServiceLinks || s.Hostname != "sandbox" {
+		t.Errorf("spec %+v", s)
+	}
+	if c.Command[0] != "/opt/code-sandboxes/agent" || !slices.Contains(c.Args, "--sandbox") || !slices.Contains(c.Args, "tcp:127.0.0.1:49983") {
+		t.Errorf("command %v %v", c.Command, c.Args)
+	}
+	for _, e := range c.Env {
+		if (e.Name == tokenEnv || e.Name == envEnv) && (e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
+			t.Errorf("%s is not from the secret: %+v", e.Name, e)
+		}
+	}
+	if q := c.Resources.Limits[corev1.ResourceCPU]; q.MilliValue() != 1500 {
+		t.Errorf("cpu %s", q.String())
+	}
+	if q := c.Resources.Requests[corev1.ResourceMemory]; q.Value() != 512<<20 {
+		t.Errorf("memory %s", q.String())
+	}
+	if len(s.Volumes) != 3 || s.Volumes[0].EmptyDir.Medium != corev1.StorageMediumMemory {
+		t.Errorf("volumes %+v", s.Volumes)
+	}
+	// A warm-pool pod: no identity, the pool's deadline (lowered at hand-out).
+	m.pool = "abc"
+	pod = podFor(p, m, time.Now())
+	if *pod.Spec.ActiveDeadlineSeconds != 7*24*3600 || pod.Labels[labelPool] != "true" || pod.Annotations[annName] != "" {
+		t.Errorf("pool pod %+v %v", pod.ObjectMeta, pod.Spec.ActiveDeadlineSeconds)
+	}
+	if np := networkPolicyFor(p, m); np == nil || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
+		t.Errorf("policy %+v", np)
+	}
+	p.network = "all"
+	if np := networkPolicyFor(p, m); np != nil {
+		t.Errorf("policy for all: %+v", np)
+	}
+}
+
+func TestPodFailure(t *testing.T) {
+	base := func() *corev1.Pod {
+		p := podFor(testPlan(), meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now())
+		p.Spec.NodeName = "node1"
+		return p
+	}
+	waiting := func(reason, msg string) *corev1.Pod {
+		p := base()
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}}
+		return p
+	}
+	long := time.Now().Add(-time.Minute)
+	unsched := base()
+	unsched.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient memory."}}
+	oom := base()
+	oom.Status.Phase = corev1.PodFailed
+	oom.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
+	evicted := base()
+	evicted.Status.Phase, evicted.Status.Reason, evicted.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+	oldAgent := base()
+	oldAgent.Status.Phase = corev1.PodFailed
+	oldAgent.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, Message: "Error: unknown flag: --sandbox"}}}}
+	for _, tc := range []struct {
+		name  string
+		pod   *corev1.Pod
+		since time.Time
+		want  string
+		is    error
+	}{
+		{"never pull", waiting("ErrImageNeverPull", ""), long, "is not on the node node1 and ImagePullPolicy is Never", sberr.ErrInvalidConfig},
+		{"pull", waiting("ImagePullBackOff", "Back-off pulling image"), long, "could not be pulled (ImagePullBackOff: Back-off pulling image); load it", sberr.ErrInvalidConfig},
+		{"unschedulable", unsched, long, `the scheduler says "0/1 nodes are available: 1 Insufficient memory."`, sberr.ErrInvalidConfig},
+		{"oom", oom, long, "out of memory (its limit of 512Mi, OOMKilled)", sberr.ErrUnavailable},
+		{"evicted", evicted, long, "evicted from its node: The node was low on resource: memory.", sberr.ErrUnavailable},
+		{"old agent", oldAgent, long, "looks older than this program", sberr.ErrUnavailable},
+		{"config", waiting("CreateContainerConfigError", `secret "x" not found`), long, "could not start the sandbox's container (CreateContainerConfigError)", sberr.ErrUnavailable},
+	} {
+		err := podFailure(tc.pod, tc.since)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, tc.is) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if err := podFailure(unsched, time.Now()); err != nil {
+		t.Errorf("unschedulable within the grace: %v", err)
+	}
+	if err := podFailure(waiting("ContainerCreating", ""), long); err != nil {
+		t.Errorf("creating: %v", err)
+	}
+}
+
+func TestDead(t *testing.T) {
+	p := podFor(testPlan(), meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(-time.Minute))
+	if !dead(p, time.Now()) {
+		t.Error("expired pod not dead")
+	}
+	p = podFor(testPlan(), meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(time.Minute))
+	p.CreationTimestamp = metav1.Now()
+	if dead(p, time.Now()) {
+		t.Error("live pod dead")
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if !dead(p, time.Now()) {
+		t.Error("ended pod not dead")
+	}
+	// Stuck starting long after any Create would have given up.
+	stuck := podFor(testPlan(), meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(time.Hour))
+	stuck.CreationTimestamp = metav1.NewTime(time.Now().Add(-10 * time.Minute))
+	if !dead(stuck, time.Now()) {
+		t.Error("a pod stuck starting is not dead")
+	}
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	if dead(p, time.Now()) {
+		t.Error("a pod being deleted is swept again")
+	}
+}
+
+// TestRBAC keeps deploy/kubernetes/rbac.yaml in step with what the
+// variant calls.
+func TestRBAC(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []rbacv1.PolicyRule
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		var obj struct {
+			Kind     string              `json:"kind"`
+			Metadata metav1.ObjectMeta   `json:"metadata"`
+			Rules    []rbacv1.PolicyRule `json:"rules"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("rbac.yaml: %v", err)
+		}
+		if obj.Kind == "Role" && obj.Metadata.Namespace == "code-sandboxes" {
+			rules = append(rules, obj.Rules...)
+		}
+	}
+	need := map[string][]string{
+		"/pods":                             {"create", "get", "list", "watch", "patch", "delete"},
+		"/pods/portforward":                 {"create", "get"},
+		"/secrets":                          {"create", "get", "list", "patch", "delete"},
+		"/events":                           {"list"},
+		"networking.k8s.io/networkpolicies": {"create", "list", "patch", "delete"},
+	}
+	for res, verbs := range need {
+		group, name, _ := strings.Cut(res, "/")
+		for _, v := range verbs {
+			ok := slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+				return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, name) && slices.Contains(r.Verbs, v)
+			})
+			if !ok {
+				t.Errorf("the Role lacks %s on %s", v, res)
+			}
+		}
+	}
+}

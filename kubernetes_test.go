@@ -1,0 +1,670 @@
+package sandboxes_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/kubernetes"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+)
+
+// The kubernetes tests need a cluster (KUBECONFIG) into which they can
+// import images (CODE_SANDBOXES_K8S_IMPORT): scripts/with-k8s.sh gives
+// both. They export the built "python" environment with this test binary
+// as its agent (so it must be static: CGO_ENABLED=0, as make test sets),
+// import it, and run sandboxes from it.
+
+var (
+	k8sOnce  sync.Once
+	k8sSetup *k8sEnv
+	k8sErr   error
+)
+
+type k8sEnv struct {
+	cs    k8s.Interface
+	image string
+}
+
+// k8sTestCache keeps exported images between runs: the export takes about
+// a minute, and its input (this binary, the build) rarely changes.
+const k8sTestCache = "/tmp/code-sandboxes-k8s-test"
+
+func k8sCluster(t *testing.T) *k8sEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("creates pods")
+	}
+	sandboxestest.Require(t, os.Getenv("KUBECONFIG") != "", "a Kubernetes cluster (KUBECONFIG): run the tests under scripts/with-k8s.sh (make test does)")
+	sandboxestest.Require(t, os.Getenv("CODE_SANDBOXES_K8S_IMPORT") != "", "a way to load images into the cluster ($CODE_SANDBOXES_K8S_IMPORT, set by scripts/with-k8s.sh)")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
+	f.Close()
+	sandboxestest.Require(t, static, "a static test binary (it is the pods' agent): run the kubernetes tests with CGO_ENABLED=0 (make test does)")
+	st, err := environment.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The variant never builds; its tests do, once per machine (the
+	// other variants build it on first use as well).
+	bctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	b, err := st.Ensure(bctx, "python", environment.BuildOptions{Progress: os.Stderr})
+	cancel()
+	sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment built on this machine (code-sandboxes environments build python): %v", err))
+	k8sOnce.Do(func() { k8sSetup, k8sErr = setupK8s(exe, b) })
+	if k8sErr != nil {
+		t.Fatal(k8sErr)
+	}
+	// The variant's own settings must reach it: without this, every
+	// Kubernetes.* field below would be silently ignored.
+	_, err = sandboxes.List(context.Background(), sandboxes.Config{Variant: "kubernetes", Kubernetes: sandboxes.KubernetesConfig{Kubeconfig: "/nonexistent/kubeconfig"}}, sandboxes.ListOptions{})
+	if err == nil {
+		t.Fatal("Config.Kubernetes does not reach the kubernetes variant (sandboxes.Config.spec must map it: Kubernetes: c.Kubernetes.spec())")
+	}
+	return k8sSetup
+}
+
+func setupK8s(exe string, b *environment.Build) (*k8sEnv, error) {
+	raw, err := os.ReadFile(exe)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(append(raw, b.ID...))
+	tarPath := filepath.Join(k8sTestCache, hex.EncodeToString(sum[:8])+".tar")
+	tag := environment.ImageTag(b)
+	if _, err := os.Stat(tarPath); err != nil {
+		if err := os.MkdirAll(k8sTestCache, 0o755); err != nil {
+			return nil, err
+		}
+		old, _ := filepath.Glob(filepath.Join(k8sTestCache, "*.tar"))
+		for _, o := range old {
+			os.Remove(o)
+		}
+		start := time.Now()
+		tmp := tarPath + ".tmp"
+		// The export reads the rootfs twice (digest, then write); a
+		// concurrent reader of the store changing atimes between the two
+		// makes them disagree ("archive/tar: write too long"), so retry.
+		for attempt := 1; ; attempt++ {
+			out, err := os.Create(tmp)
+			if err != nil {
+				return nil, err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			err = environment.WriteImageTar(ctx, b, tag, []environment.ExtraFile{{Path: environment.AgentPath, HostPath: exe, Mode: 0o755}}, out)
+			cancel()
+			if cerr := out.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				break
+			}
+			os.Remove(tmp)
+			if attempt == 3 {
+				return nil, fmt.Errorf("exporting the python environment: %w", err)
+			}
+			fmt.Fprintf(os.Stderr, "kubernetes tests: export attempt %d: %v; retrying\n", attempt, err)
+		}
+		if err := os.Rename(tmp, tarPath); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(os.Stderr, "kubernetes tests: exported %s in %s\n", tag, time.Since(start).Round(time.Millisecond))
+	}
+	start := time.Now()
+	argv := append(strings.Fields(os.Getenv("CODE_SANDBOXES_K8S_IMPORT")), tarPath)
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("importing %s: %v: %s", tarPath, err, out)
+	}
+	fmt.Fprintf(os.Stderr, "kubernetes tests: imported %s in %s\n", tag, time.Since(start).Round(time.Millisecond))
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return nil, err
+	}
+	cs, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &k8sEnv{cs: cs, image: tag}, nil
+}
+
+// namespace makes a namespace of its own for a test (so that "nothing
+// left behind" can be checked exactly), removed at the end.
+func (e *k8sEnv) namespace(t *testing.T) string {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "cs-test-" + hex.EncodeToString(b[:])
+	ctx := k8sCtx(t, time.Minute)
+	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = e.cs.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
+	return name
+}
+
+// leftovers lists what the variant made in ns and is still there.
+func (e *k8sEnv) leftovers(t *testing.T, ns string) []string {
+	t.Helper()
+	ctx := k8sCtx(t, time.Minute)
+	sel := metav1.ListOptions{LabelSelector: "created-by=code-sandboxes"}
+	var out []string
+	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		out = append(out, "pod/"+p.Name)
+	}
+	secrets, err := e.cs.CoreV1().Secrets(ns).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		out = append(out, "secret/"+s.Name)
+	}
+	nps, err := e.cs.NetworkingV1().NetworkPolicies(ns).List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nps.Items {
+		out = append(out, "networkpolicy/"+n.Name)
+	}
+	return out
+}
+
+// importFake exports the fake store's build, with agent as its agent, and
+// imports it into the cluster.
+func (e *k8sEnv) importFake(t *testing.T, dir, name, agent string) {
+	t.Helper()
+	st, err := environment.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Resolve(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(t.TempDir(), name+".tar")
+	f, err := os.Create(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = environment.WriteImageTar(k8sCtx(t, time.Minute), b, environment.ImageTag(b), []environment.ExtraFile{{Path: environment.AgentPath, HostPath: agent, Mode: 0o755}}, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(strings.Fields(os.Getenv("CODE_SANDBOXES_K8S_IMPORT")), tarPath)
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("importing %s: %v: %s", tarPath, err, out)
+	}
+}
+
+// k8sFakeStore is an environment store holding one build record, name,
+// whose image was never loaded into the cluster.
+func k8sFakeStore(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	sum := sha256.Sum256([]byte("fake environment " + name))
+	id := hex.EncodeToString(sum[:])
+	for _, d := range []string{"builds/" + id + "/rootfs", "names"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := fmt.Sprintf(`{"id":%q,"name":%q,"base":"debian bookworm"}`, id, name)
+	if err := os.WriteFile(filepath.Join(dir, "builds", id, "build.json"), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "names", name), []byte(id+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func k8sCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func k8sConfig(ns string) sandboxes.Config {
+	return sandboxes.Config{Variant: "kubernetes", NetworkPolicy: sandboxes.NetworkAll,
+		Kubernetes: sandboxes.KubernetesConfig{Namespace: ns}}
+}
+
+func newK8s(t *testing.T, cfg sandboxes.Config) *sandboxes.Sandbox {
+	t.Helper()
+	sb, err := sandboxes.Create(k8sCtx(t, 5*time.Minute), cfg)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	return sb
+}
+
+// TestKubernetesConformance runs the shared suite. Network "all": the test
+// cluster's bridge plugin doesn't enforce NetworkPolicy, so the default
+// ("none") is refused there (TestKubernetesNetworkPolicy).
+func TestKubernetesConformance(t *testing.T) {
+	e := k8sCluster(t)
+	// Registered first, so it runs after the suite's own clean-ups: every
+	// sandbox closed leaves nothing behind.
+	t.Cleanup(func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for l := e.leftovers(t, "default"); len(l) > 0; l = e.leftovers(t, "default") {
+			if time.Now().After(deadline) {
+				t.Errorf("left behind: %v", l)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	start := time.Now()
+	sb := newK8s(t, k8sConfig(""))
+	created := time.Since(start)
+	ex, err := sb.RunCode(k8sCtx(t, time.Minute), "1 + 1")
+	if err != nil || ex.Text() != "2" {
+		t.Fatalf("first RunCode: %v %v", ex, err)
+	}
+	t.Logf("create %s, create → first result %s", created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	_ = sb.Close()
+	sandboxestest.Run(t, k8sConfig(""), sandboxestest.Options{Rich: true})
+}
+
+// TestKubernetesPodHardening checks the pod against the sandbox contract
+// and that user code can't read the agent's token.
+func TestKubernetesPodHardening(t *testing.T) {
+	e := k8sCluster(t)
+	sb := newK8s(t, k8sConfig(""))
+	ctx := k8sCtx(t, 2*time.Minute)
+	pod, err := e.cs.CoreV1().Pods("default").Get(ctx, "code-sandboxes-"+sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pod.Spec
+	c := s.Containers[0]
+	switch {
+	case s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken:
+		t.Error("service account token mounted")
+	case s.EnableServiceLinks == nil || *s.EnableServiceLinks:
+		t.Error("service links enabled")
+	case s.Hostname != "sandbox" || s.RestartPolicy != corev1.RestartPolicyNever:
+		t.Errorf("hostname %q restart %q", s.Hostname, s.RestartPolicy)
+	case s.ActiveDeadlineSeconds == nil || *s.ActiveDeadlineSeconds != int64((24*time.Hour+30*time.Second)/time.Second):
+		t.Errorf("activeDeadlineSeconds %v", s.ActiveDeadlineSeconds)
+	case *s.SecurityContext.RunAsUser != 1000 || *s.SecurityContext.RunAsGroup != 100 || *s.SecurityContext.FSGroup != 100 || !*s.SecurityContext.RunAsNonRoot:
+		t.Errorf("pod security context %+v", s.SecurityContext)
+	case *c.SecurityContext.AllowPrivilegeEscalation || !*c.SecurityContext.ReadOnlyRootFilesystem || len(c.SecurityContext.Capabilities.Drop) != 1 || c.SecurityContext.Capabilities.Drop[0] != "ALL":
+		t.Errorf("container security context %+v", c.SecurityContext)
+	case c.SecurityContext.SeccompProfile == nil || c.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Errorf("seccomp %+v", c.SecurityContext.SeccompProfile)
+	case pod.Labels["created-by"] != "code-sandboxes" || pod.Labels["code-sandboxes.id"] != sb.ID():
+		t.Errorf("labels %v", pod.Labels)
+	}
+	for _, env := range c.Env {
+		if env.Name == "CODE_SANDBOXES_TOKEN" && env.Value != "" {
+			t.Error("the token is in the pod spec")
+		}
+	}
+	ex, err := sb.RunCode(ctx, `import os
+out = []
+try:
+    open('/proc/1/environ').read(); out.append('environ readable')
+except PermissionError:
+    out.append('environ closed')
+out.append(str(any(k.startswith(('CODE_SANDBOXES', 'KUBERNETES')) for k in os.environ)))
+try:
+    open('/etc/probe', 'w'); out.append('root writable')
+except OSError:
+    out.append('root read-only')
+import socket; out.append(socket.gethostname())
+print(' '.join(out))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(ex.Stdout()); got != "environ closed False root read-only sandbox" {
+		t.Errorf("inside the sandbox: %q %v", got, ex.Error)
+	}
+}
+
+func TestKubernetesNetworkPolicy(t *testing.T) {
+	e := k8sCluster(t)
+	ns := e.namespace(t)
+	ctx := k8sCtx(t, 5*time.Minute)
+
+	// The default, "none", on a cluster that doesn't enforce NetworkPolicy:
+	// refused, and the message says what to set.
+	_, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "kubernetes", Kubernetes: sandboxes.KubernetesConfig{Namespace: ns}})
+	if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "NetworkPolicyEnforced = true") || !strings.Contains(err.Error(), `NetworkPolicy = "all"`) {
+		t.Fatalf("default network on a non-enforcing cluster: %v", err)
+	}
+	t.Log(err)
+	if l := e.leftovers(t, ns); len(l) > 0 {
+		t.Errorf("a refused Create left %v", l)
+	}
+
+	// Asserted enforcement: the sandbox gets a deny-all policy of its own.
+	cfg := sandboxes.Config{Variant: "kubernetes", Kubernetes: sandboxes.KubernetesConfig{Namespace: ns, NetworkPolicyEnforced: true}}
+	sb := newK8s(t, cfg)
+	np, err := e.cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "code-sandboxes-"+sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 || np.Spec.PodSelector.MatchLabels["code-sandboxes.id"] != sb.ID() {
+		t.Errorf("policy for none: %+v", np.Spec)
+	}
+	if ex, err := sb.RunCode(ctx, "6 * 7"); err != nil || ex.Text() != "42" {
+		t.Fatalf("sandbox with network none: %v %v", ex, err)
+	}
+	info, _ := sb.Info(ctx)
+	if info.Network != "none" {
+		t.Errorf("info network %q", info.Network)
+	}
+
+	// Allowlist: addresses only.
+	cfg.NetworkPolicy, cfg.AllowedHosts = sandboxes.NetworkAllowlist, []string{"192.0.2.7", "198.51.100.0/24"}
+	sb2 := newK8s(t, cfg)
+	np, err = e.cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "code-sandboxes-"+sb2.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(np.Spec.Egress) != 1 || len(np.Spec.Egress[0].To) != 2 || np.Spec.Egress[0].To[0].IPBlock.CIDR != "192.0.2.7/32" {
+		t.Errorf("policy for the allowlist: %+v", np.Spec.Egress)
+	}
+	cfg.AllowedHosts = []string{"pypi.org"}
+	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "IP addresses and CIDR blocks only") {
+		t.Errorf("allowlist with a name: %v", err)
+	}
+	_ = sb.Close()
+	_ = sb2.Close()
+	if l := e.leftovers(t, ns); len(l) > 0 {
+		t.Errorf("Close left %v", l)
+	}
+}
+
+// TestKubernetesFailures checks the message a user gets for each way a pod
+// fails to start, and that a failed Create leaves nothing behind.
+func TestKubernetesFailures(t *testing.T) {
+	e := k8sCluster(t)
+	ns := e.namespace(t)
+	fake := k8sFakeStore(t, "notloaded")
+	// An image whose agent dies at once, as a code-sandboxes binary from
+	// before the kubernetes variant would: a static program that refuses
+	// the agent's flags.
+	oldAgent := filepath.Join(t.TempDir(), "agent")
+	src := filepath.Join(t.TempDir(), "main.go")
+	if err := os.WriteFile(src, []byte("package main\n\nimport (\"fmt\"; \"os\")\n\nfunc main() {\n\tfmt.Fprintln(os.Stderr, \"Error: unknown flag: --sandbox\")\n\tos.Exit(1)\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-o", oldAgent, src)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building a stand-in old agent: %v: %s", err, out)
+	}
+	broken := k8sFakeStore(t, "broken")
+	e.importFake(t, broken, "broken", oldAgent)
+	cases := []struct {
+		name string
+		mod  func(*sandboxes.Config)
+		want []string
+	}{
+		{"MissingImage", func(c *sandboxes.Config) {
+			c.Kubernetes.Image, c.Kubernetes.ImagePullPolicy = "code-sandboxes-env:missing", "Never"
+		}, []string{"code-sandboxes-env:missing is not on the node", "environments export", "ctr -n k8s.io images import"}},
+		{"MissingImagePull", func(c *sandboxes.Config) {
+			c.Kubernetes.Image = "localhost:1/code-sandboxes-env:missing"
+		}, []string{"could not be pulled", "environments export"}},
+		{"EnvironmentNotLoaded", func(c *sandboxes.Config) {
+			c.EnvironmentDir, c.Environment = fake, "notloaded"
+			c.Kubernetes.ImagePullPolicy = "Never"
+		}, []string{"is not on the node", "code-sandboxes environments export notloaded -o notloaded.tar"}},
+		{"AgentDies", func(c *sandboxes.Config) {
+			c.EnvironmentDir, c.Environment = broken, "broken"
+			c.Kubernetes.ImagePullPolicy = "Never"
+		}, []string{"the sandbox's agent exited with status 1", "unknown flag: --sandbox", "looks older than this program"}},
+		{"UnschedulableMemory", func(c *sandboxes.Config) { c.Memory = 1 << 40 }, []string{"no node can run", "Insufficient memory"}},
+		{"UnschedulableSelector", func(c *sandboxes.Config) {
+			c.Kubernetes.NodeSelector = map[string]string{"code-sandboxes.test/nowhere": "true"}
+		}, []string{"no node can run", "node affinity/selector"}},
+		{"Pids", func(c *sandboxes.Config) { c.Pids = 100 }, []string{"podPidsLimit"}},
+		{"NotBuilt", func(c *sandboxes.Config) { c.Environment = "never-built-env" }, []string{"not built on this machine", "environments export never-built-env"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := k8sConfig(ns)
+			tc.mod(&cfg)
+			start := time.Now()
+			sb, err := sandboxes.Create(k8sCtx(t, 5*time.Minute), cfg)
+			if err == nil {
+				sb.Close()
+				t.Fatal("Create succeeded")
+			}
+			t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("the error lacks %q", w)
+				}
+			}
+		})
+	}
+	t.Cleanup(func() {
+		if l := e.leftovers(t, ns); len(l) > 0 {
+			t.Errorf("failed Creates left %v", l)
+		}
+	})
+}
+
+// TestKubernetesOOM: a kernel that outgrows the memory limit is killed, the
+// user is told, and the sandbox goes on.
+func TestKubernetesOOM(t *testing.T) {
+	k8sCluster(t)
+	cfg := k8sConfig("")
+	cfg.Memory = 256 << 20
+	sb := newK8s(t, cfg)
+	ctx := k8sCtx(t, 3*time.Minute)
+	info, err := sb.Info(ctx)
+	if err != nil || info.Memory != 256<<20 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	ex, err := sb.RunCode(ctx, "x = 1\nblocks = []\nwhile True: blocks.append(bytearray(16 << 20))")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Error == nil {
+		t.Fatalf("allocating past the limit: no error (%q)", ex.Stdout())
+	}
+	t.Logf("user sees: %s: %s", ex.Error.Name, ex.Error.Value)
+	if !strings.Contains(ex.Error.Value+ex.Error.Name, "signal 9") && !strings.Contains(ex.Error.Value, "MemoryError") && ex.Error.Name != "MemoryError" {
+		t.Errorf("error doesn't say the kernel was killed: %+v", ex.Error)
+	}
+	ex, err = sb.RunCode(ctx, "1 + 1")
+	if err != nil || ex.Text() != "2" {
+		t.Fatalf("after the OOM: %v %v", ex, err)
+	}
+}
+
+// TestKubernetesLifetime: Kill and List by label, SetTimeout's bound, and
+// the sweep of expired and ended pods.
+func TestKubernetesLifetime(t *testing.T) {
+	e := k8sCluster(t)
+	ns := e.namespace(t)
+	ctx := k8sCtx(t, 5*time.Minute)
+	cfg := k8sConfig(ns)
+	cfg.MaxLifetime = 2 * time.Minute
+	cfg.Tags = map[string]string{"team": "k8s", "odd.key/with-slash": "any value!"}
+	sb := newK8s(t, cfg)
+	list, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{Tags: map[string]string{"odd.key/with-slash": "any value!"}})
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID() || list[0].Tags["team"] != "k8s" {
+		t.Fatalf("list by an odd tag: %+v %v", list, err)
+	}
+	if err := sb.SetTimeout(ctx, time.Hour); !errors.Is(err, sandboxes.ErrInvalidInput) || !strings.Contains(err.Error(), "MaxLifetime") {
+		t.Errorf("SetTimeout past the pod's deadline: %v", err)
+	}
+	if err := sb.SetTimeout(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	// An expiry that passed (the agent would have ended itself; here it
+	// still runs): the next List sweeps the pod.
+	other := newK8s(t, cfg)
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"code-sandboxes.end-at":%q}}}`, past)
+	if _, err := e.cs.CoreV1().Pods(ns).Patch(ctx, "code-sandboxes-"+other.ID(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A sandbox whose agent ends at its lifetime: its ended pod is swept.
+	short := cfg
+	short.MaxLifetime = 3 * time.Second
+	ended := newK8s(t, short)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		pod, err := e.cs.CoreV1().Pods(ns).Get(ctx, "code-sandboxes-"+ended.ID(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pod.Status.ContainerStatuses) > 0 && pod.Status.ContainerStatuses[0].State.Terminated != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not end at its lifetime: %+v", pod.Status)
+		}
+	}
+	list, err = sandboxes.List(ctx, cfg, sandboxes.ListOptions{Tags: map[string]string{"team": "k8s"}})
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID() {
+		t.Fatalf("list after expiry: %+v %v", list, err)
+	}
+	for _, id := range []string{other.ID(), ended.ID()} {
+		k8sWaitGone(t, e, ns, id)
+	}
+
+	// Kill by tag.
+	killed, err := sandboxes.Kill(ctx, cfg, "", sandboxes.ListOptions{Tags: map[string]string{"team": "k8s"}})
+	if err != nil || len(killed) != 1 || killed[0] != sb.ID() {
+		t.Fatalf("kill by tag: %v %v", killed, err)
+	}
+	if _, err := sb.RunCode(ctx, "1"); err == nil {
+		t.Error("a killed sandbox still runs code")
+	}
+	k8sWaitGone(t, e, ns, sb.ID())
+	if l := e.leftovers(t, ns); len(l) > 0 {
+		t.Errorf("left behind: %v", l)
+	}
+}
+
+func k8sWaitGone(t *testing.T, e *k8sEnv, ns, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := e.cs.CoreV1().Pods(ns).Get(context.Background(), "code-sandboxes-"+id, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod of %s still there after 30s (%v)", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestKubernetesWarmPool: the second Create is served from the pool, as
+// the sandbox asked for, and closing the pools leaves nothing behind.
+func TestKubernetesWarmPool(t *testing.T) {
+	e := k8sCluster(t)
+	ns := e.namespace(t)
+	ctx := k8sCtx(t, 5*time.Minute)
+	cfg := k8sConfig(ns)
+	cfg.Kubernetes.WarmPool = 1
+	before := kubernetes.Stats()
+	first := newK8s(t, cfg)
+	if s := kubernetes.Stats(); s.Misses != before.Misses+1 {
+		t.Errorf("first Create: stats %+v (before %+v)", s, before)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for kubernetes.Stats().Ready < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never filled: %+v", kubernetes.Stats())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Pool pods are not sandboxes yet: List doesn't show them.
+	if list, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); err != nil || len(list) != 1 {
+		t.Errorf("list with a warm pod waiting: %+v %v", list, err)
+	}
+	c2 := cfg
+	c2.Name, c2.Tags, c2.MaxLifetime = "from-pool", map[string]string{"pool": "yes"}, 10*time.Minute
+	start := time.Now()
+	sb := newK8s(t, c2)
+	took := time.Since(start)
+	ex, err := sb.RunCode(ctx, "x = 41\nx + 1")
+	if err != nil || ex.Text() != "42" {
+		t.Fatalf("pooled sandbox: %v %v", ex, err)
+	}
+	t.Logf("warm create %s, create → first result %s", took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if s := kubernetes.Stats(); s.Hits != before.Hits+1 {
+		t.Errorf("second Create: stats %+v", s)
+	}
+	info, err := sb.Info(ctx)
+	if err != nil || info.Name != "from-pool" || info.Tags["pool"] != "yes" || time.Until(info.EndAt) < 9*time.Minute {
+		t.Errorf("pooled sandbox's info: %+v %v", info, err)
+	}
+	pod, err := e.cs.CoreV1().Pods(ns).Get(ctx, "code-sandboxes-"+sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lowered from the pool's week to the sandbox's 10 minutes (plus the
+	// pod's age and a grace).
+	if _, pooled := pod.Labels["code-sandboxes.pool"]; pooled || pod.Spec.ActiveDeadlineSeconds == nil || *pod.Spec.ActiveDeadlineSeconds > 12*60 {
+		t.Errorf("claimed pod: labels %v deadline %v", pod.Labels, pod.Spec.ActiveDeadlineSeconds)
+	}
+	if list, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{Tags: map[string]string{"pool": "yes"}}); err != nil || len(list) != 1 {
+		t.Errorf("list the pooled sandbox by tag: %+v %v", list, err)
+	}
+	_ = first.Close()
+	_ = sb.Close()
+	kubernetes.ClosePools(ctx)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		l := e.leftovers(t, ns)
+		if len(l) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind after ClosePools: %v", l)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
