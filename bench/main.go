@@ -75,6 +75,15 @@ func main() {
 	fmt.Fprintf(&rep, "# Benchmarks\n\nMeasured by `go run ./bench` (see `bench/main.go`) on %s, %d cores, %s, %s. ", host, runtime.NumCPU(), runtime.GOOS, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	rep.WriteString("Every number in a table comes from the same run; the machines are shared and noisy, so read the ratios.\n\n")
 
+	if *onlyEnv {
+		// The environment, docker and kubernetes sections alone (a shorter
+		// run; the report holds only them).
+		kubeBench(ctx, &rep, envBench(ctx, &rep))
+		check(os.WriteFile(*out, []byte(rep.String()), 0o644))
+		fmt.Print(rep.String())
+		return
+	}
+
 	// 1. Kernel: python3 -c pass vs our agent's first result vs Jupyter.
 	pyPass, err := timeCmd(*nCold, *python, "-c", "pass")
 	check(err)
@@ -186,7 +195,8 @@ func main() {
 	fmt.Fprintf(&rep, "| after one execution (shim + agent + python kernel) | %.1f MiB | ≤ 20 MiB |\n\n", memKernel/float64(*nIdle))
 
 	// 4. Environments, and the docker variant against local.
-	envBench(ctx, &rep)
+	localEnvP50 := envBench(ctx, &rep)
+	kubeBench(ctx, &rep, localEnvP50)
 
 	// 5. Scale: create time while N sandboxes are alive.
 	rep.WriteString("## Scale\n\n")
