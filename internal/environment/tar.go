@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // WriteTar writes the rootfs at dir as an uncompressed tar stream (owners,
@@ -47,6 +48,10 @@ func WriteTar(ctx context.Context, dir string, w io.Writer) error {
 			h.Name += "/"
 		}
 		h.Uname, h.Gname = "", "" // numeric ids only: the host's names mean nothing inside
+		// Access and change times change when anything reads the rootfs;
+		// image digests are computed on one pass and written on another,
+		// so they must not be in the stream.
+		h.AccessTime, h.ChangeTime = time.Time{}, time.Time{}
 		h.Format = tar.FormatPAX
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			h.Uid, h.Gid = int(st.Uid), int(st.Gid)
