@@ -374,6 +374,7 @@ func infoOf(pod *corev1.Pod) driver.Info {
 	i := driver.Info{
 		ID: pod.Labels[labelID], Variant: "kubernetes", Name: pod.Annotations[annName],
 		Status: status(pod), CreatedAt: pod.CreationTimestamp.Time, Network: pod.Annotations[annNetwork],
+		Environment: pod.Annotations[annEnv],
 	}
 	if raw := pod.Annotations[annTags]; raw != "" {
 		_ = json.Unmarshal([]byte(raw), &i.Tags)
@@ -390,6 +391,10 @@ func infoOf(pod *corev1.Pod) driver.Info {
 		}
 		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
 			i.CPUs = float64(q.MilliValue()) / 1000
+		}
+		// An environment's image pins its build (environment.ImageTag).
+		if id, ok := strings.CutPrefix(c.Image, "code-sandboxes-env:"); ok && i.Environment != "" {
+			i.BuildID = id
 		}
 	}
 	return i
