@@ -79,14 +79,37 @@ func (c *Commands) rpc() (processconnect.ProcessClient, error) {
 }
 
 // Run runs cmd with /bin/bash -l -c and waits for it. A non-zero exit is not
-// a Go error: look at ExitCode.
+// a Go error: look at ExitCode. When ctx ends first the command is killed
+// and Run returns what it had so far (ExitCode -1) with ctx's error; when
+// CommandTimeout runs out, the error is ErrTimeout.
 func (c *Commands) Run(ctx context.Context, cmd string, opts ...CommandOption) (*CommandResult, error) {
 	h, err := c.Start(ctx, cmd, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return h.Wait()
+	select {
+	case <-h.done:
+		return h.Wait()
+	case <-ctx.Done():
+	}
+	// The stream outlives ctx on purpose (Start's handle is for later), so
+	// Run ends the command itself: kill it, bounded, then drop the stream.
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commandKillWait)
+	_ = h.Kill(kctx)
+	cancel()
+	h.cancel()
+	<-h.done
+	r, _ := h.Wait()
+	r.ExitCode = -1
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return r, fmt.Errorf("command: %w: %w", ErrTimeout, ctx.Err())
+	}
+	return r, fmt.Errorf("command: %w", ctx.Err())
 }
+
+// commandKillWait bounds the kill Run sends when its context ends, so a
+// sandbox that no longer answers can't hold the caller.
+const commandKillWait = 5 * time.Second
 
 // CommandHandle is a running command.
 type CommandHandle struct {
@@ -204,9 +227,12 @@ func (h *CommandHandle) pump(stream *connect.ServerStreamForClient[processpb.Sta
 			gotEnd = true
 		}
 	}
+	// Without an end event there is no exit code: -1, never a clean 0.
 	if err := stream.Err(); err != nil && !gotEnd {
+		h.res.ExitCode = -1
 		h.err = mapConnectErr("command", err)
 	} else if !gotEnd {
+		h.res.ExitCode = -1
 		h.err = fmt.Errorf("command: %w: the process stream ended without a result", ErrUnavailable)
 	}
 }

@@ -14,6 +14,9 @@ type EnvdOptions struct {
 	Home        string // the default user's home, /home/user
 	Workdir     string
 	Env         map[string]string
+	// Contract gives commands the sandbox contract's environment
+	// (SandboxEnv: LANG, TZ, SHELL, …) under Env, as kernels get it.
+	Contract bool
 }
 
 // sandboxUser answers for the sandbox contract's single user when the agent
@@ -47,7 +50,20 @@ func EnvdRoutes(o EnvdOptions) (map[string]http.Handler, func()) {
 	if o.Home == "" {
 		o.Home = "/home/user"
 	}
+	// Commands get the sandbox contract's environment (LANG, TZ, SHELL, …)
+	// and the user's variables, as kernels do. HOME, USER and LOGNAME are
+	// left to envd, which sets them for the user a command runs as, unless
+	// the caller set them. (Without Contract, as the standalone agent on a
+	// host of its own, commands get only o.Env over the agent's PATH.)
 	env := o.Env
+	if o.Contract {
+		env = SandboxEnv(o.Env)
+		for _, k := range []string{"HOME", "USER", "LOGNAME"} {
+			if _, set := o.Env[k]; !set {
+				delete(env, k)
+			}
+		}
+	}
 	opts := envd.Options{
 		DefaultUser:    o.DefaultUser,
 		LookupUser:     sandboxUser(o),

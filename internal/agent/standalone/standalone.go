@@ -136,7 +136,7 @@ func Main(args []string) int {
 	home := os.Getenv("HOME")
 	envdOpts := agent.EnvdOptions{Workdir: *workdir, Home: home}
 	if *sandbox {
-		envdOpts = agent.EnvdOptions{DefaultUser: "user", Home: "/home/user", Workdir: *workdir, Env: userEnv}
+		envdOpts = agent.EnvdOptions{DefaultUser: "user", Home: "/home/user", Workdir: *workdir, Env: userEnv, Contract: true}
 	}
 	routes, closeEnvd := agent.EnvdRoutes(envdOpts)
 	srv := agent.New(agent.Config{
