@@ -7,14 +7,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	units "github.com/docker/go-units"
 	"github.com/spf13/cobra"
 )
 
@@ -30,6 +34,48 @@ type common struct {
 	network     string
 	env         []string
 	runtimeDir  string
+	sandbox     string // exec/repl --sandbox: an existing sandbox
+}
+
+// creationFlags are the flags that only mean something when a sandbox is
+// created; with --sandbox they are refused, not silently ignored.
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "memory", "cpu", "network", "env"}
+
+// existingFlag adds --sandbox to a command that can run in an existing
+// sandbox instead of creating one.
+func (c *common) existingFlag(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.sandbox, "sandbox", "", "run in this existing sandbox (id or name) instead of creating one; it keeps running afterwards")
+}
+
+// open creates the sandbox the flags describe, or with --sandbox connects
+// to an existing one. done ends it: Close for a sandbox made here, Detach
+// for an existing one (which goes on running).
+func (c *common) open(cmd *cobra.Command, defaultLifetime time.Duration) (sb *sandboxes.Sandbox, done func(), err error) {
+	cfg, err := c.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx := cmd.Context()
+	if c.sandbox != "" {
+		for _, f := range creationFlags {
+			if cmd.Flags().Changed(f) {
+				return nil, nil, fmt.Errorf("--%s applies only when creating a sandbox; --sandbox %s runs in an existing one", f, c.sandbox)
+			}
+		}
+		sb, err = sandboxes.Get(ctx, cfg, c.sandbox)
+		if err != nil {
+			return nil, nil, err
+		}
+		return sb, func() { _ = sb.Detach() }, nil
+	}
+	if cfg.MaxLifetime == 0 {
+		cfg.MaxLifetime = defaultLifetime
+	}
+	sb, err = sandboxes.Create(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, func() { _ = sb.Close() }, nil
 }
 
 func (c *common) flags(cmd *cobra.Command, creating bool) {
@@ -43,7 +89,7 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringVar(&c.environment, "environment", "", "environment (sandbox image) name")
 	f.StringArrayVar(&c.tags, "tag", nil, "tag as key=value (repeatable)")
 	f.DurationVar(&c.timeout, "timeout", 0, "per-execution timeout, e.g. 60s (0 = none)")
-	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h; exec and repl end the sandbox when they finish)")
+	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h)")
 	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
 	f.StringVar(&c.network, "network", "", "network policy: none (default on local) or all")
@@ -65,26 +111,21 @@ func parseKV(list []string, what string) (map[string]string, error) {
 	return m, nil
 }
 
+// parseSize reads a memory size as people write it: 512M, 512Mi, 2G, 1.5GiB
+// (binary units, docker's reading); anything else is refused.
 func parseSize(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
-	mult := int64(1)
-	u := strings.ToUpper(strings.TrimSpace(s))
-	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
-	switch {
-	case strings.HasSuffix(u, "K"):
-		mult, u = 1<<10, u[:len(u)-1]
-	case strings.HasSuffix(u, "M"):
-		mult, u = 1<<20, u[:len(u)-1]
-	case strings.HasSuffix(u, "G"):
-		mult, u = 1<<30, u[:len(u)-1]
+	t := strings.TrimSpace(s)
+	if strings.HasSuffix(t, "i") || strings.HasSuffix(t, "I") {
+		t += "B" // Kubernetes' spelling, 512Mi: the same binary unit
 	}
-	var n int64
-	if _, err := fmt.Sscan(u, &n); err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: use a number with an optional K, M or G suffix", s)
+	n, err := units.RAMInBytes(t)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("size %q: use a positive number with an optional K, M, G or T suffix (binary units), e.g. 512M or 2Gi", s)
 	}
-	return n * mult, nil
+	return n, nil
 }
 
 func (c *common) config() (sandboxes.Config, error) {
@@ -130,23 +171,22 @@ func execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg, err := c.config()
+			sb, done, err := c.open(cmd, time.Hour)
 			if err != nil {
 				return err
 			}
-			if cfg.MaxLifetime == 0 {
-				cfg.MaxLifetime = time.Hour
-			}
+			defer done()
 			ctx := cmd.Context()
-			sb, err := sandboxes.Create(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer sb.Close()
 			out := cmd.OutOrStdout()
-			ex, err := sb.RunCode(ctx, code,
-				sandboxes.OnStdout(func(m sandboxes.OutputMessage) { fmt.Fprint(out, m.Line) }),
-				sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))
+			var opts []sandboxes.RunOption
+			if !jsonOut {
+				// With --json stdout carries the JSON document alone; the
+				// output is in it.
+				opts = append(opts,
+					sandboxes.OnStdout(func(m sandboxes.OutputMessage) { fmt.Fprint(out, m.Line) }),
+					sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))
+			}
+			ex, err := sb.RunCode(ctx, code, opts...)
 			if err != nil {
 				return err
 			}
@@ -164,6 +204,8 @@ func execCmd() *cobra.Command {
 		},
 	}
 	c.flags(cmd, true)
+	c.existingFlag(cmd)
+	cmd.Flags().Lookup("lifetime").Usage = "sandbox lifetime, e.g. 10m (default 1h; the sandbox ends when exec finishes)"
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the code from a file ('-' = stdin)")
 	cmd.Flags().StringVar(&figures, "figures-dir", ".", "where to save figures (PNG, JPEG, SVG) the code produces")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the code's own output")
@@ -244,69 +286,137 @@ func replCmd() *cobra.Command {
 	var figures string
 	cmd := &cobra.Command{
 		Use:   "repl",
-		Short: "An interactive session in one sandbox (:exit to leave; the sandbox ends with the session)",
+		Short: "An interactive session in one sandbox (:exit to leave; the sandbox ends with the session unless --sandbox named it)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := c.config()
+			sb, done, err := c.open(cmd, 24*time.Hour)
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
-			sb, err := sandboxes.Create(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			defer sb.Close()
-			return runREPL(ctx, cmd, sb, figures)
+			defer done()
+			return runREPL(cmd, sb, figures)
 		},
 	}
 	c.flags(cmd, true)
+	c.existingFlag(cmd)
+	cmd.Flags().Lookup("lifetime").Usage = "sandbox lifetime, e.g. 10m (default 24h; the sandbox ends with the session)"
 	cmd.Flags().StringVar(&figures, "figures-dir", ".", "where to save figures")
 	return cmd
 }
 
-func runREPL(ctx context.Context, cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
-	in := bufio.NewScanner(cmd.InOrStdin())
-	in.Buffer(make([]byte, 64<<10), 16<<20)
-	out := cmd.OutOrStdout()
-	prompt := fmt.Sprintf("sandbox(%s:%s)>>> ", sb.Variant(), sb.Name())
-	fmt.Fprintln(out, "Type code; end a block with an empty line. :exit leaves, :help helps.")
-	for {
-		fmt.Fprint(out, prompt)
-		var lines []string
-		for in.Scan() {
-			line := in.Text()
-			if len(lines) == 0 {
-				switch strings.TrimSpace(line) {
-				case ":exit", ":quit", "exit", "quit":
-					return nil
-				case ":help":
-					fmt.Fprintln(out, "Enter Python code. A line ending in ':' or an indented line starts a block that ends with an empty line. :exit leaves.")
-					fmt.Fprint(out, prompt)
-					continue
-				case "":
-					fmt.Fprint(out, prompt)
-					continue
+// runREPL reads cells from stdin and runs them. Ctrl-C interrupts the
+// running cell (KeyboardInterrupt) or, at the prompt, drops the block being
+// typed; the session goes on. EOF, :exit or SIGTERM end it.
+func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
+	// main's context is cancelled by SIGINT; here Ctrl-C is for the cell,
+	// so the session runs on a context of its own that SIGTERM ends.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
+	defer cancel()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var busy atomic.Bool
+	atPrompt := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case sig := <-sigs:
+				switch {
+				case sig == syscall.SIGTERM:
+					cancel()
+					return
+				case busy.Load():
+					ictx, icancel := context.WithTimeout(ctx, 10*time.Second)
+					_, _ = sb.Interrupt(ictx)
+					icancel()
+				default:
+					select {
+					case atPrompt <- struct{}{}:
+					default:
+					}
 				}
 			}
-			lines = append(lines, line)
-			trimmed := strings.TrimRight(line, " \t")
-			block := strings.HasSuffix(trimmed, ":") || strings.HasSuffix(trimmed, "\\") || len(lines) > 1
-			if !block || (len(lines) > 1 && strings.TrimSpace(line) == "") {
-				break
+		}
+	}()
+
+	lines := make(chan string)
+	readErr := make(chan error, 1)
+	go func() {
+		in := bufio.NewScanner(cmd.InOrStdin())
+		in.Buffer(make([]byte, 64<<10), 16<<20)
+		for in.Scan() {
+			select {
+			case lines <- in.Text():
+			case <-ctx.Done():
+				return
 			}
-			fmt.Fprint(out, "... ")
 		}
-		if len(lines) == 0 {
+		readErr <- in.Err()
+	}()
+
+	out := cmd.OutOrStdout()
+	prompt := fmt.Sprintf("sandbox(%s:%s)>>> ", sb.Variant(), sb.Name())
+	fmt.Fprintln(out, "Type code; end a block with an empty line. :exit leaves, :help helps, Ctrl-C interrupts.")
+	var block []string
+	fmt.Fprint(out, prompt)
+	for {
+		var line string
+		select {
+		case <-ctx.Done():
 			fmt.Fprintln(out)
-			return in.Err()
+			return nil
+		case err := <-readErr:
+			fmt.Fprintln(out)
+			return err
+		case <-atPrompt:
+			// The terminal dropped the line being typed; drop the block too.
+			block = nil
+			fmt.Fprint(out, "\nKeyboardInterrupt\n"+prompt)
+			continue
+		case line = <-lines:
 		}
-		ex, err := sb.RunCode(ctx, strings.Join(lines, "\n"),
+		if len(block) == 0 {
+			switch strings.TrimSpace(line) {
+			case ":exit", ":quit", "exit", "quit":
+				return nil
+			case ":help":
+				fmt.Fprintln(out, "Enter Python code. A line ending in ':' or an indented line starts a block that ends with an empty line. Ctrl-C interrupts the running code. :exit leaves.")
+				fmt.Fprint(out, prompt)
+				continue
+			case "":
+				fmt.Fprint(out, prompt)
+				continue
+			}
+		}
+		block = append(block, line)
+		trimmed := strings.TrimRight(line, " \t")
+		open := strings.HasSuffix(trimmed, ":") || strings.HasSuffix(trimmed, "\\") || len(block) > 1
+		if open && !(len(block) > 1 && strings.TrimSpace(line) == "") {
+			fmt.Fprint(out, "... ")
+			continue
+		}
+		code := strings.Join(block, "\n")
+		block = nil
+		busy.Store(true)
+		ex, err := sb.RunCode(ctx, code,
 			sandboxes.OnStdout(func(m sandboxes.OutputMessage) { fmt.Fprint(out, m.Line) }),
 			sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))
+		busy.Store(false)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 		printResults(cmd, ex, figures, false)
+		if ex.Interrupted && ex.Error == nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "KeyboardInterrupt")
+		}
+		if ex.ExitCode != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "(exit code %d)\n", *ex.ExitCode)
+		}
+		fmt.Fprint(out, prompt)
 	}
 }
 
