@@ -210,8 +210,13 @@ func TestLocalLifetime(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := sandboxes.Get(context.Background(), localConfig(t), sb.ID()); errors.Is(err, sandboxes.ErrNotFound) {
-			if _, err := sb.RunCode(context.Background(), "1"); err == nil {
+			_, err := sb.RunCode(context.Background(), "1")
+			if err == nil {
 				t.Fatal("expired sandbox still runs code")
+			}
+			// The error says what happened, not how the dial failed.
+			if !errors.Is(err, sandboxes.ErrUnavailable) || !strings.Contains(err.Error(), "lifetime ended or it was killed") || strings.Contains(err.Error(), "dial unix") {
+				t.Fatalf("RunCode on an expired sandbox: %v; want ErrUnavailable saying it expired or was killed", err)
 			}
 			return
 		}
@@ -234,6 +239,10 @@ func TestInvalidConfig(t *testing.T) {
 		{Tags: map[string]string{"bad key!": "v"}},
 		{Env: map[string]string{"A=B": "c"}},
 		{MaxLifetime: -time.Second},
+		{Name: "has space"},
+		{Name: "../etc"},
+		{Name: "-leading-dash"},
+		{Name: "new\nline"},
 	} {
 		if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidConfig", cfg, err)
@@ -243,6 +252,13 @@ func TestInvalidConfig(t *testing.T) {
 	cfg.NetworkPolicy, cfg.AllowedHosts = "allowlist", []string{"pypi.org"}
 	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrNotSupported) {
 		t.Errorf("allowlist on local = %v, want ErrNotSupported with a reason", err)
+	}
+	if testing.Short() {
+		return
+	}
+	sb := newLocal(t, nil)
+	if _, err := sb.RunCode(ctx, "1", sandboxes.WithTimeout(-time.Second)); !errors.Is(err, sandboxes.ErrInvalidInput) {
+		t.Errorf("RunCode with WithTimeout(-1s) = %v, want ErrInvalidInput", err)
 	}
 	if _, err := sandboxes.Kill(ctx, localConfig(t), "", sandboxes.ListOptions{}); !errors.Is(err, sandboxes.ErrInvalidInput) {
 		t.Errorf("Kill with no selector = %v", err)

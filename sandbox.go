@@ -110,6 +110,9 @@ func (s *Sandbox) RunCode(ctx context.Context, code string, opts ...RunOption) (
 	if o.contextID != "" && o.language != "" {
 		return nil, fmt.Errorf("%w: give a context or a language, not both", ErrInvalidInput)
 	}
+	if o.timeout < 0 {
+		return nil, fmt.Errorf("%w: WithTimeout(%s): give a positive duration, or 0 for none", ErrInvalidInput, o.timeout)
+	}
 	for name, data := range o.files {
 		if name == "" || strings.Contains(name, "/") || name == "." || name == ".." {
 			return nil, fmt.Errorf("%w: attachment name %q must be a plain file name (it lands in /files/<name>)", ErrInvalidInput, name)

@@ -228,6 +228,10 @@ func variantFor(name string) (driver.Variant, error) {
 	return v, nil
 }
 
+// nameRE: a name is usable as a Kubernetes label value, a file name and
+// a CLI argument alike.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$`)
+
 var tagKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
 
 func (c Config) spec() (driver.Spec, error) {
@@ -288,8 +292,8 @@ func (c Config) spec() (driver.Spec, error) {
 			return bad("tag key %q: use letters, digits, '.', '_', '/', '-' (at most 63)", k)
 		}
 	}
-	if len(c.Name) > 63 {
-		return bad("Name is longer than 63 characters")
+	if c.Name != "" && !nameRE.MatchString(c.Name) {
+		return bad("Name %q: use at most 63 letters, digits, '.', '_' or '-', starting and ending with a letter or digit", c.Name)
 	}
 	if c.WorkingDir != "" && !strings.HasPrefix(c.WorkingDir, "/") {
 		return bad("WorkingDir must be an absolute path inside the sandbox, got %q", c.WorkingDir)

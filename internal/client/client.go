@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
@@ -176,6 +177,9 @@ func (c *Client) do(ctx context.Context, op, method, u string, hdr http.Header, 
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
 		}
+		if gone(err) {
+			return nil, fmt.Errorf("%s: %w: the sandbox is no longer running (its lifetime ended or it was killed)", op, sberr.ErrUnavailable)
+		}
 		return nil, fmt.Errorf("%s: %w: %w", op, sberr.ErrUnavailable, err)
 	}
 	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusSwitchingProtocols {
@@ -183,6 +187,17 @@ func (c *Client) do(ctx context.Context, op, method, u string, hdr http.Header, 
 		return nil, readError(op, resp)
 	}
 	return resp, nil
+}
+
+// gone reports a dial of a sandbox's unix socket that found nothing
+// listening: the socket was removed (ENOENT) or nobody accepts on it any
+// more (ECONNREFUSED). (Over TCP a refusal may be the network's doing.)
+func gone(err error) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" || op.Net != "unix" {
+		return false
+	}
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)
 }
 
 func (c *Client) interpHeaders() http.Header {
