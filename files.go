@@ -37,15 +37,20 @@ type EntryInfo struct {
 
 func entryOf(e *fspb.EntryInfo) EntryInfo {
 	t := ""
+	// envd sends permission bits only; the type bits come from the entry's
+	// type, so Mode.IsDir() and Mode.String() ("drwxr-xr-x") are right.
+	mode := os.FileMode(e.GetMode()) & os.ModePerm
 	switch e.GetType() {
 	case fspb.FileType_FILE_TYPE_FILE:
 		t = "file"
 	case fspb.FileType_FILE_TYPE_DIRECTORY:
 		t = "dir"
+		mode |= os.ModeDir
 	case fspb.FileType_FILE_TYPE_SYMLINK:
 		t = "symlink"
+		mode |= os.ModeSymlink
 	}
-	return EntryInfo{Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: os.FileMode(e.GetMode()),
+	return EntryInfo{Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: mode,
 		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
 		ModifiedTime: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget()}
 }

@@ -238,6 +238,9 @@ H()`)
 		if err != nil || st.Size != 5 || st.Type != "file" {
 			t.Errorf("stat = %+v, %v", st, err)
 		}
+		if st, err := f.Stat(ctx, "/home/user/dir"); err != nil || st.Type != "dir" || !st.Mode.IsDir() || !strings.HasPrefix(st.Mode.String(), "d") {
+			t.Errorf("stat of a directory = %+v (mode %s), %v; want a directory mode", st, st.Mode, err)
+		}
 		if ok, err := f.Exists(ctx, "/home/user/nope"); ok || err != nil {
 			t.Errorf("exists(nope) = %v, %v", ok, err)
 		}
