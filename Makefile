@@ -33,7 +33,9 @@ lint: vet
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # The README's main job: a sandbox on the embedded default local variant.
-run: deps
+# It installs only what running needs (python3), not the test tools.
+run:
+	./scripts/install-deps.sh run
 	$(GO) run ./cmd/code-sandboxes exec 'import sys; print(sys.version)'
 
 bench: deps build

@@ -5,13 +5,21 @@
 # for the isolation baseline, mmdebstrap for building environments, and a Docker engine (docker.io: dockerd and the
 # docker CLI) for the docker variant's tests, which scripts/with-dockerd.sh
 # starts when none runs. Idempotent; quiet when all is there.
+#
+# `install-deps.sh run` installs only what running a local sandbox needs (the
+# sandbox's python3): `make run` uses it, so a first run on a fresh machine
+# doesn't wait for a Docker engine and the test tools.
 set -euo pipefail
+if [ "${1:-}" = run ]; then
+  pkgs=(python3)
+else
 pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap)
 # Any Docker engine will do (Docker's own docker-ce packages too): Debian's
 # docker.io only when there is no dockerd at all.
 # (/usr/sbin is not on every user's PATH.)
 if ! { command -v dockerd || [ -x /usr/sbin/dockerd ]; } >/dev/null || ! command -v docker >/dev/null; then
   pkgs+=(docker.io)
+fi
 fi
 missing=()
 for p in "${pkgs[@]}"; do
