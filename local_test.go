@@ -225,6 +225,31 @@ func TestLocalLifetime(t *testing.T) {
 	t.Fatal("sandbox outlived its lifetime")
 }
 
+// A sandbox unused for its IdleTimeout ends itself; an execution longer
+// than the idle timeout is use throughout.
+func TestLocalIdleTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	ctx := context.Background()
+	sb := newLocal(t, func(c *sandboxes.Config) { c.IdleTimeout = 2 * time.Second })
+	ex, err := sb.RunCode(ctx, "import time; time.sleep(3); 'awake'")
+	if err != nil || !strings.Contains(ex.Text(), "awake") {
+		t.Fatalf("a run longer than the idle timeout: %v, %v", ex, err)
+	}
+	if _, err := sb.RunCode(ctx, "1"); err != nil {
+		t.Fatalf("the sandbox ended right after a long run: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := sandboxes.Get(ctx, localConfig(t), sb.ID()); errors.Is(err, sandboxes.ErrNotFound) {
+			return
+		}
+		time.Sleep(250 * time.Millisecond) // Get reads records only: not use
+	}
+	t.Fatal("the sandbox outlived its idle timeout")
+}
+
 func TestInvalidConfig(t *testing.T) {
 	ctx := context.Background()
 	for _, cfg := range []sandboxes.Config{
@@ -239,6 +264,7 @@ func TestInvalidConfig(t *testing.T) {
 		{Tags: map[string]string{"bad key!": "v"}},
 		{Env: map[string]string{"A=B": "c"}},
 		{MaxLifetime: -time.Second},
+		{IdleTimeout: -5 * time.Second},
 		{Name: "has space"},
 		{Name: "../etc"},
 		{Name: "-leading-dash"},
@@ -252,6 +278,9 @@ func TestInvalidConfig(t *testing.T) {
 	cfg.NetworkPolicy, cfg.AllowedHosts = "allowlist", []string{"pypi.org"}
 	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrNotSupported) {
 		t.Errorf("allowlist on local = %v, want ErrNotSupported with a reason", err)
+	}
+	if _, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "e2b", IdleTimeout: time.Minute}); !errors.Is(err, sandboxes.ErrNotSupported) {
+		t.Errorf("IdleTimeout on e2b = %v, want ErrNotSupported with the reason", err)
 	}
 	if testing.Short() {
 		return

@@ -47,6 +47,15 @@ var (
 	ErrInvalidInput = sberr.ErrInvalidInput
 )
 
+// DefaultIdleTimeout is Config.IdleTimeout's default: long enough for a
+// person between two cells, short enough that a crashed program's
+// sandboxes end within minutes (E2B's default lifetime is 5 minutes).
+const DefaultIdleTimeout = 15 * time.Minute
+
+// NoIdleTimeout, as Config.IdleTimeout, keeps an idle sandbox running
+// until its MaxLifetime (what `code-sandboxes create` and serve use).
+const NoIdleTimeout time.Duration = -1
+
 // Network policies.
 const (
 	NetworkNone      = "none"
@@ -70,6 +79,15 @@ type Config struct {
 	// MaxLifetime: the sandbox ends itself this long after creation (or after
 	// the last SetTimeout). Default 24h.
 	MaxLifetime time.Duration
+	// IdleTimeout: the sandbox ends itself after this long unused, so a
+	// program that dies without Close leaves nothing running for long.
+	// Use is any call in progress (an execution, a command's stream, file
+	// transfers, a connection through Host) and restarts the clock when it
+	// ends; a background process alone is not use. 0 = DefaultIdleTimeout;
+	// NoIdleTimeout keeps an idle sandbox until MaxLifetime. Variants that
+	// run our agent (local, docker, kubernetes) honour it; on e2b the
+	// lifetime is E2B's own timeout (MaxLifetime) and setting it is refused.
+	IdleTimeout time.Duration
 	// Memory limit in bytes (0 = none), CPU limit in cores (0 = none),
 	// Pids limit (0 = the variant's default).
 	Memory int64
@@ -258,6 +276,16 @@ func (c Config) spec() (driver.Spec, error) {
 		s.Lifetime = 24 * time.Hour
 	}
 	switch {
+	case c.IdleTimeout == NoIdleTimeout:
+		s.IdleTimeout = 0
+	case c.IdleTimeout < 0:
+		return bad("IdleTimeout must be positive, 0 (the default, %s) or NoIdleTimeout, got %s", DefaultIdleTimeout, c.IdleTimeout)
+	case c.IdleTimeout == 0:
+		s.IdleTimeout = DefaultIdleTimeout
+	default:
+		s.IdleTimeout = c.IdleTimeout
+	}
+	switch {
 	case s.Lifetime < 0:
 		return bad("MaxLifetime must be positive, got %s", c.MaxLifetime)
 	case c.Timeout < 0:
@@ -316,6 +344,15 @@ func (c Config) variant() (driver.Variant, driver.Spec, error) {
 		return nil, spec, err
 	}
 	v, err := variantFor(spec.Variant)
+	if err != nil {
+		return v, spec, err
+	}
+	if !v.Capabilities().IdleTimeout {
+		if c.IdleTimeout > 0 {
+			return nil, spec, fmt.Errorf("%w: IdleTimeout on the %s variant: its sandboxes end by MaxLifetime only; set MaxLifetime instead", ErrNotSupported, v.Name())
+		}
+		spec.IdleTimeout = 0
+	}
 	return v, spec, err
 }
 

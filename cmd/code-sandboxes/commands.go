@@ -29,6 +29,7 @@ type common struct {
 	tags        []string
 	timeout     time.Duration
 	lifetime    time.Duration
+	idle        time.Duration
 	memory      string
 	cpu         float64
 	network     string
@@ -39,7 +40,7 @@ type common struct {
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "memory", "cpu", "network", "env"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "cpu", "network", "env"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -50,7 +51,7 @@ func (c *common) existingFlag(cmd *cobra.Command) {
 // open creates the sandbox the flags describe, or with --sandbox connects
 // to an existing one. done ends it: Close for a sandbox made here, Detach
 // for an existing one (which goes on running).
-func (c *common) open(cmd *cobra.Command, defaultLifetime time.Duration) (sb *sandboxes.Sandbox, done func(), err error) {
+func (c *common) open(cmd *cobra.Command, defaultLifetime, defaultIdle time.Duration) (sb *sandboxes.Sandbox, done func(), err error) {
 	cfg, err := c.config()
 	if err != nil {
 		return nil, nil, err
@@ -71,6 +72,9 @@ func (c *common) open(cmd *cobra.Command, defaultLifetime time.Duration) (sb *sa
 	if cfg.MaxLifetime == 0 {
 		cfg.MaxLifetime = defaultLifetime
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = defaultIdle
+	}
 	sb, err = sandboxes.Create(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -90,6 +94,7 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringArrayVar(&c.tags, "tag", nil, "tag as key=value (repeatable)")
 	f.DurationVar(&c.timeout, "timeout", 0, "per-execution timeout, e.g. 60s (0 = none)")
 	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h)")
+	f.DurationVar(&c.idle, "idle-timeout", 0, "end the sandbox after this long unused, e.g. 15m (default: none for create and repl, whose sandboxes are meant to stay)")
 	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
 	f.StringVar(&c.network, "network", "", "network policy: none (default on local) or all")
@@ -130,7 +135,7 @@ func parseSize(s string) (int64, error) {
 
 func (c *common) config() (sandboxes.Config, error) {
 	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
-		MaxLifetime: c.lifetime, CPU: c.cpu, NetworkPolicy: c.network, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
+		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
 	var err error
 	if cfg.Tags, err = parseKV(c.tags, "tag"); err != nil {
 		return cfg, err
@@ -171,7 +176,7 @@ func execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sb, done, err := c.open(cmd, time.Hour)
+			sb, done, err := c.open(cmd, time.Hour, 0)
 			if err != nil {
 				return err
 			}
@@ -288,7 +293,7 @@ func replCmd() *cobra.Command {
 		Use:   "repl",
 		Short: "An interactive session in one sandbox (:exit to leave; the sandbox ends with the session unless --sandbox named it)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sb, done, err := c.open(cmd, 24*time.Hour)
+			sb, done, err := c.open(cmd, 24*time.Hour, sandboxes.NoIdleTimeout)
 			if err != nil {
 				return err
 			}
@@ -305,14 +310,14 @@ func replCmd() *cobra.Command {
 
 // runREPL reads cells from stdin and runs them. Ctrl-C interrupts the
 // running cell (KeyboardInterrupt) or, at the prompt, drops the block being
-// typed; the session goes on. EOF, :exit or SIGTERM end it.
+// typed; the session goes on. EOF, :exit, SIGTERM or SIGHUP end it.
 func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
 	// main's context is cancelled by SIGINT; here Ctrl-C is for the cell,
 	// so the session runs on a context of its own that SIGTERM ends.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var busy atomic.Bool
 	atPrompt := make(chan struct{}, 1)
@@ -323,7 +328,9 @@ func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
 				return
 			case sig := <-sigs:
 				switch {
-				case sig == syscall.SIGTERM:
+				case sig == syscall.SIGTERM || sig == syscall.SIGHUP:
+					// Ended, or its terminal closed: end the session (and
+					// the sandbox) rather than die and leave it running.
 					cancel()
 					return
 				case busy.Load():
@@ -430,6 +437,11 @@ func createCmd() *cobra.Command {
 			cfg, err := c.config()
 			if err != nil {
 				return err
+			}
+			// A sandbox made with create is meant to stay until its lifetime
+			// ends or it is deleted, however long it sits unused.
+			if cfg.IdleTimeout == 0 {
+				cfg.IdleTimeout = sandboxes.NoIdleTimeout
 			}
 			sb, err := sandboxes.Create(cmd.Context(), cfg)
 			if err != nil {

@@ -71,7 +71,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			}
 			srv, err := e2bserver.New(e2bserver.Options{
 				APIKeys:        keys,
-				Config:         sandboxes.Config{Variant: "local", Memory: mem, CPU: cpu, Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
+				Config:         sandboxes.Config{Variant: "local", Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout, Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
 				DefaultNetwork: network,
 				MaxTimeout:     maxTimeout,
 				Logger:         slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),

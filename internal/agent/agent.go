@@ -39,7 +39,12 @@ type Config struct {
 	// Lifetime is how long the sandbox may live from start; 0 = forever.
 	// SetTimeout (POST /x/timeout) restarts the countdown from now.
 	Lifetime time.Duration
-	Logger   *slog.Logger
+	// IdleTimeout ends the sandbox after this long without use (0 = never):
+	// a request in flight (an execution, a command's stream, a forwarded
+	// connection) is use for as long as it lasts; /health and /x/info,
+	// which monitors poll, are not.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
 	// Routes lets the caller mount more handlers (the envd services) behind
 	// the same auth middleware.
 	Routes map[string]http.Handler
@@ -64,6 +69,9 @@ type Server struct {
 	expired  chan struct{}
 	lastUsed time.Time
 	once     sync.Once
+	inFlight int           // requests (and forwarded connections) in progress
+	idleFor  time.Duration // the idle timeout; 0 = none
+	idle     *time.Timer   // armed while nothing is in flight
 }
 
 // SingleThreaded limits the calling process to one Go P unless GOMAXPROCS
@@ -119,7 +127,75 @@ func New(cfg Config) *Server {
 	if cfg.Lifetime > 0 {
 		s.setDeadline(time.Now().Add(cfg.Lifetime))
 	}
+	if cfg.IdleTimeout > 0 {
+		s.setIdleTimeout(cfg.IdleTimeout)
+	}
 	return s
+}
+
+// begin and end bracket a use of the sandbox: the idle clock stops while
+// anything is in flight and restarts from the end of the last use.
+func (s *Server) begin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight++
+	s.lastUsed = time.Now()
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+}
+
+func (s *Server) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	s.lastUsed = time.Now()
+	if s.inFlight == 0 && s.idle != nil {
+		s.idle.Reset(s.idleFor)
+	}
+}
+
+// setIdleTimeout (re)starts the idle clock with d (a warm-pool sandbox
+// gets its idle timeout when claimed).
+func (s *Server) setIdleTimeout(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.idleFor = d
+	if s.idle == nil {
+		s.idle = time.AfterFunc(d, s.idleCheck)
+		s.idle.Stop()
+	}
+	if s.inFlight == 0 {
+		s.idle.Reset(d)
+	}
+}
+
+// idleCheck runs when the idle timer fires; a use that began meanwhile
+// wins (Stop can't recall a timer that already fired).
+func (s *Server) idleCheck() {
+	s.mu.Lock()
+	d := s.idleFor
+	idle := d > 0 && s.inFlight == 0 && time.Since(s.lastUsed) >= d
+	s.mu.Unlock()
+	if idle {
+		s.cfg.Logger.Info("idle timeout: ending the sandbox", "idle_timeout", d)
+		s.expire()
+	}
+}
+
+// inUse counts a request as use of the sandbox, except the probes that
+// monitors and launchers poll. (It counts with or without an idle timeout:
+// one may be set later, when a warm-pool sandbox is claimed.)
+func (s *Server) inUse(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" || r.URL.Path == "/x/info" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		s.begin()
+		defer s.end()
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Expired is closed when the sandbox's lifetime has passed or /x/shutdown was
@@ -145,7 +221,7 @@ func (s *Server) touch() {
 }
 
 // Handler is the agent's whole HTTP surface, with auth applied.
-func (s *Server) Handler() http.Handler { return s.auth(s.mux) }
+func (s *Server) Handler() http.Handler { return s.auth(s.inUse(s.mux)) }
 
 // Close kills every kernel.
 func (s *Server) Close() {
@@ -156,6 +232,9 @@ func (s *Server) Close() {
 	s.mu.Lock()
 	if s.timer != nil {
 		s.timer.Stop()
+	}
+	if s.idle != nil {
+		s.idle.Stop()
 	}
 	s.mu.Unlock()
 }
@@ -389,13 +468,21 @@ func variableStatus(err error) int {
 
 func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request) {
 	var req struct {
-		Timeout float64 `json:"timeout"` // seconds, as E2B's API
+		Timeout     float64 `json:"timeout"`      // seconds, as E2B's API
+		IdleTimeout float64 `json:"idle_timeout"` // seconds; sets or changes the idle timeout
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Timeout <= 0 {
-		writeJSONError(w, http.StatusBadRequest, `send {"timeout": <seconds > 0>}`)
+	const maxSeconds = 366 * 24 * 3600 // a year: past it, Duration arithmetic overflows soon
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req)
+	if err != nil || req.Timeout < 0 || req.IdleTimeout < 0 || req.Timeout > maxSeconds || req.IdleTimeout > maxSeconds || (req.Timeout == 0 && req.IdleTimeout == 0) {
+		writeJSONError(w, http.StatusBadRequest, `send {"timeout": <seconds>} and/or {"idle_timeout": <seconds>}, each > 0 and at most a year`)
 		return
 	}
-	s.setDeadline(time.Now().Add(time.Duration(req.Timeout * float64(time.Second))))
+	if req.Timeout > 0 {
+		s.setDeadline(time.Now().Add(time.Duration(req.Timeout * float64(time.Second))))
+	}
+	if req.IdleTimeout > 0 {
+		s.setIdleTimeout(time.Duration(req.IdleTimeout * float64(time.Second)))
+	}
 	writeJSON(w, http.StatusOK, s.info())
 }
 
@@ -426,7 +513,13 @@ func (s *Server) handleForward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.touch()
-	go splice(conn, brw.Reader, up)
+	// A forwarded connection is use for as long as it stays open (the
+	// request that opened it has returned once it is hijacked).
+	s.begin()
+	go func() {
+		defer s.end()
+		splice(conn, brw.Reader, up)
+	}()
 }
 
 func splice(down net.Conn, downReader io.Reader, up net.Conn) {

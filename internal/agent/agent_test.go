@@ -442,3 +442,36 @@ func TestDisconnectInterrupts(t *testing.T) {
 		}
 	}
 }
+
+// An idle timeout ends the agent after that long without use; a running
+// execution is use however long it runs, and health probes are not.
+func TestIdleTimeoutEndsAgent(t *testing.T) {
+	a := startAgent(t, "tok", "--idle-timeout", "2s")
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	// 4 s of execution: twice the idle timeout, yet in use throughout.
+	var out strings.Builder
+	err := a.c.Execute(ctx(t), client.ExecuteRequest{Code: "import time; time.sleep(4); print('slept')"}, func(l client.Line) { out.WriteString(l.Text) })
+	if err != nil || !strings.Contains(out.String(), "slept") {
+		t.Fatalf("a long execution under an idle timeout: %q, %v", out.String(), err)
+	}
+	select {
+	case <-done:
+		t.Fatal("the agent ended during or right after an execution longer than its idle timeout")
+	default:
+	}
+	// Now idle: health probes every 100 ms must not keep it alive.
+	deadline := time.After(15 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-deadline:
+			t.Fatal("the agent outlived its idle timeout")
+		case <-tick.C:
+			_ = a.c.Health(context.Background())
+		}
+	}
+}

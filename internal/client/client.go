@@ -512,6 +512,14 @@ func (c *Client) SetTimeout(ctx context.Context, d time.Duration) (AgentInfo, er
 	return out, err
 }
 
+// SetIdleTimeout sets (or changes) how long the sandbox may stay unused
+// before it ends itself (our agent only).
+func (c *Client) SetIdleTimeout(ctx context.Context, d time.Duration) (AgentInfo, error) {
+	var out AgentInfo
+	err := c.jsonCall(ctx, "set idle timeout", http.MethodPost, c.o.EnvdURL, "/x/timeout", c.EnvdHeaders(), map[string]float64{"idle_timeout": d.Seconds()}, &out)
+	return out, err
+}
+
 // Shutdown asks the agent to end the sandbox.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.jsonCall(ctx, "shutdown", http.MethodPost, c.o.EnvdURL, "/x/shutdown", c.EnvdHeaders(), nil, nil)

@@ -51,6 +51,8 @@ type agentConfig struct {
 	Workdir  string            `json:"workdir"`
 	Env      map[string]string `json:"env"`
 	Lifetime time.Duration     `json:"lifetime"`
+	// IdleTimeout ends the sandbox after this long unused (0 = never).
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// NoPrewarm leaves the default kernel to start on first use.
 	NoPrewarm bool `json:"no_prewarm,omitempty"`
 	// SocketMode is the agent socket's mode: 0600 when the host side is
@@ -143,7 +145,7 @@ func runAgent() int {
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
-		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
+		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
 	// Returning ends the container (we are its init), which the engine then

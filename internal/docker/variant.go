@@ -84,7 +84,7 @@ func (Variant) Name() string { return "docker" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true, IdleTimeout: true}
 }
 
 // Environments implements driver.Variant: the store's named builds (host
@@ -351,7 +351,7 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	if err := writeRecord(ls.dir, &record{ID: ls.id, Token: ls.token, Engine: e.host, CreatedAt: ls.createdAt, EndAt: ls.endAt}); err != nil {
 		return nil, fmt.Errorf("writing the sandbox's record: %w", err)
 	}
-	acfg := agentConfig{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime,
+	acfg := agentConfig{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}

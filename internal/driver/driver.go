@@ -18,6 +18,7 @@ type Spec struct {
 	Tags         map[string]string
 	Environment  string
 	Lifetime     time.Duration
+	IdleTimeout  time.Duration // 0 = none
 	MemoryBytes  int64
 	CPUs         float64
 	Pids         int64
@@ -104,6 +105,8 @@ type Capabilities struct {
 	Networks                                                       []string
 	Limits                                                         bool
 	Packages                                                       bool
+	// IdleTimeout: the variant ends a sandbox unused for Spec.IdleTimeout.
+	IdleTimeout bool
 }
 
 // Environment is a named sandbox image.

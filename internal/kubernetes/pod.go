@@ -98,7 +98,8 @@ type meta struct {
 	id, name string
 	tags     map[string]string
 	lifetime time.Duration
-	pool     string // pool key hash for warm-pool pods, else ""
+	idle     time.Duration // idle timeout; 0 = none (always for pool pods)
+	pool     string        // pool key hash for warm-pool pods, else ""
 }
 
 func podName(id string) string { return "code-sandboxes-" + id }
@@ -243,6 +244,9 @@ func podFor(p *plan, m meta, endAt time.Time) *corev1.Pod {
 	t, f := true, false
 	args := []string{"--sandbox", "--listen", "tcp:127.0.0.1:" + strconv.Itoa(agentPort), "--id", m.id,
 		"--workdir", p.workdir, "--lifetime", m.lifetime.String()}
+	if m.idle > 0 {
+		args = append(args, "--idle-timeout", m.idle.String())
+	}
 	if p.prewarm {
 		args = append(args, "--prewarm")
 	}

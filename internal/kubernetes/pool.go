@@ -234,6 +234,13 @@ func (pl *pool) claim(ctx context.Context, inst *instance, m meta) error {
 	if _, err := inst.cl.SetTimeout(ctx, m.lifetime); err != nil {
 		return fmt.Errorf("setting a warm-pool sandbox's lifetime: %w", err)
 	}
+	// Pool pods wait with no idle timeout (nobody uses them yet); the
+	// sandbox gets the caller's from its claim on.
+	if m.idle > 0 {
+		if _, err := inst.cl.SetIdleTimeout(ctx, m.idle); err != nil {
+			return fmt.Errorf("setting a warm-pool sandbox's idle timeout: %w", err)
+		}
+	}
 	return nil
 }
 

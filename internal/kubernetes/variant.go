@@ -44,7 +44,7 @@ func (Variant) Name() string { return "kubernetes" }
 // cluster not known to enforce NetworkPolicy.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
 }
 
 // Environments implements driver.Variant: the store's builds that can be
@@ -219,7 +219,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, err
 	}
 	go p.c.sweep(context.WithoutCancel(ctx))
-	m := meta{name: spec.Name, tags: spec.Tags, lifetime: spec.Lifetime}
+	m := meta{name: spec.Name, tags: spec.Tags, lifetime: spec.Lifetime, idle: spec.IdleTimeout}
 	if spec.Kubernetes.WarmPool > 0 && len(spec.Packages) == 0 {
 		inst, err := pools.get(p, spec.Kubernetes.WarmPool).take(ctx, m)
 		if inst != nil || err != nil {

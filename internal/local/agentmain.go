@@ -48,7 +48,7 @@ func runAgent() int {
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
-		Env: cfg.Env, Lifetime: cfg.Lifetime, Logger: logger,
+		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
 	agent.IgnoreSignals()

@@ -49,6 +49,8 @@ type agentConfig struct {
 	Workdir  string            `json:"workdir"`
 	Env      map[string]string `json:"env"`
 	Lifetime time.Duration     `json:"lifetime"`
+	// IdleTimeout ends the sandbox after this long unused (0 = never).
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// NoPrewarm leaves the default kernel to start on first use.
 	NoPrewarm bool `json:"no_prewarm,omitempty"`
 }

@@ -33,7 +33,7 @@ func (Variant) Name() string { return "local" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true, IdleTimeout: true}
 }
 
 // Environments implements driver.Variant: host, and the builds of the
@@ -110,7 +110,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
 	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
-		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime,
+		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}}

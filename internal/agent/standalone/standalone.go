@@ -51,6 +51,7 @@ func Main(args []string) int {
 	workdir := fs.String("workdir", "", "default working directory (default $HOME or /home/user)")
 	python := fs.String("python", "", "python interpreter for kernels (default python3 from PATH)")
 	lifetime := fs.Duration("lifetime", 0, "exit after this long (0 = never); POST /x/timeout restarts the countdown")
+	idleTimeout := fs.Duration("idle-timeout", 0, "exit after this long without use (0 = never); a request in flight is use")
 	id := fs.String("id", "", "sandbox id reported by /x/info")
 	sandbox := fs.Bool("sandbox", false, "run as a sandbox's init: close /proc/self to user code (PR_SET_DUMPABLE 0), require a token, "+
 		"rebuild the environment from the sandbox contract, the image's variables and $"+EnvEnv+" (JSON), and, as PID 1, ignore signals and reap orphans")
@@ -140,7 +141,7 @@ func Main(args []string) int {
 	}
 	routes, closeEnvd := agent.EnvdRoutes(envdOpts)
 	srv := agent.New(agent.Config{
-		ID: *id, AccessToken: token, Python: *python, Workdir: *workdir, Env: userEnv, Lifetime: *lifetime,
+		ID: *id, AccessToken: token, Python: *python, Workdir: *workdir, Env: userEnv, Lifetime: *lifetime, IdleTimeout: *idleTimeout,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Routes: routes, OnClose: closeEnvd, Prewarm: *prewarm,
 	})
