@@ -21,6 +21,7 @@ import (
 	mobyclient "github.com/moby/moby/client"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/docker"
 	"github.com/code-sandboxes/code-sandboxes/internal/forward"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
@@ -420,7 +421,7 @@ func TestDockerCreateFailureCleansUp(t *testing.T) {
 	name := fmt.Sprintf("failing-%d", time.Now().UnixNano())
 	fc := cfg
 	fc.Name = name
-	fc.Docker.AgentPath = bad
+	fc.Options = docker.Options{AgentPath: bad}
 	_, err := sandboxes.Create(ctx, fc)
 	if err == nil || !strings.Contains(err.Error(), "boom: the agent failed on purpose") || !errors.Is(err, sandboxes.ErrUnavailable) {
 		t.Errorf("create with a dying agent: %v", err)
@@ -441,9 +442,9 @@ func TestDockerCreateFailureCleansUp(t *testing.T) {
 		want error
 		says string
 	}{
-		{"dynamic agent", func(c *sandboxes.Config) { c.Docker.AgentPath = "/usr/bin/python3" }, sandboxes.ErrInvalidConfig, "CGO_ENABLED=0"},
-		{"not an executable", func(c *sandboxes.Config) { c.Docker.AgentPath = "/etc/passwd" }, sandboxes.ErrInvalidConfig, "AgentPath"},
-		{"no engine", func(c *sandboxes.Config) { c.Docker.Host = "unix:///nonexistent/docker.sock" }, sandboxes.ErrUnavailable, "start dockerd"},
+		{"dynamic agent", func(c *sandboxes.Config) { c.Options = docker.Options{AgentPath: "/usr/bin/python3"} }, sandboxes.ErrInvalidConfig, "CGO_ENABLED=0"},
+		{"not an executable", func(c *sandboxes.Config) { c.Options = docker.Options{AgentPath: "/etc/passwd"} }, sandboxes.ErrInvalidConfig, "AgentPath"},
+		{"no engine", func(c *sandboxes.Config) { c.Options = docker.Options{Host: "unix:///nonexistent/docker.sock"} }, sandboxes.ErrUnavailable, "start dockerd"},
 		{"unknown environment", func(c *sandboxes.Config) { c.Environment = "no-such-env" }, sandboxes.ErrInvalidConfig, "no-such-env"},
 		{"packages without network", func(c *sandboxes.Config) { c.Packages = []string{"six"} }, sandboxes.ErrInvalidConfig, "network"},
 		{"host environment", func(c *sandboxes.Config) {

@@ -27,6 +27,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/code-sandboxes/code-sandboxes/internal/kubernetes"
+	k8svariant "github.com/code-sandboxes/code-sandboxes/kubernetes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -85,9 +86,9 @@ func k8sCluster(t *testing.T) *k8sEnv {
 	}
 	// The variant's own settings must reach it: without this, every
 	// Kubernetes.* field below would be silently ignored.
-	_, err = sandboxes.List(context.Background(), sandboxes.Config{Variant: "kubernetes", Kubernetes: sandboxes.KubernetesConfig{Kubeconfig: "/nonexistent/kubeconfig"}}, sandboxes.ListOptions{})
+	_, err = sandboxes.List(context.Background(), sandboxes.Config{Variant: "kubernetes", Options: k8svariant.Options{Kubeconfig: "/nonexistent/kubeconfig"}}, sandboxes.ListOptions{})
 	if err == nil {
-		t.Fatal("Config.Kubernetes does not reach the kubernetes variant (sandboxes.Config.spec must map it: Kubernetes: c.Kubernetes.spec())")
+		t.Fatal("Config.Options does not reach the kubernetes variant (sandboxes.Config.spec must pass it on)")
 	}
 	return k8sSetup
 }
@@ -263,7 +264,7 @@ func k8sCtx(t *testing.T, d time.Duration) context.Context {
 
 func k8sConfig(ns string) sandboxes.Config {
 	return sandboxes.Config{Variant: "kubernetes", NetworkPolicy: sandboxes.NetworkAll,
-		Kubernetes: sandboxes.KubernetesConfig{Namespace: ns}}
+		Options: k8svariant.Options{Namespace: ns}}
 }
 
 func newK8s(t *testing.T, cfg sandboxes.Config) *sandboxes.Sandbox {
@@ -368,7 +369,7 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 
 	// The default, "none", on a cluster that doesn't enforce NetworkPolicy:
 	// refused, and the message says what to set.
-	_, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "kubernetes", Kubernetes: sandboxes.KubernetesConfig{Namespace: ns}})
+	_, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "kubernetes", Options: k8svariant.Options{Namespace: ns}})
 	if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "NetworkPolicyEnforced = true") || !strings.Contains(err.Error(), `NetworkPolicy = "all"`) {
 		t.Fatalf("default network on a non-enforcing cluster: %v", err)
 	}
@@ -378,7 +379,7 @@ func TestKubernetesNetworkPolicy(t *testing.T) {
 	}
 
 	// Asserted enforcement: the sandbox gets a deny-all policy of its own.
-	cfg := sandboxes.Config{Variant: "kubernetes", Kubernetes: sandboxes.KubernetesConfig{Namespace: ns, NetworkPolicyEnforced: true}}
+	cfg := sandboxes.Config{Variant: "kubernetes", Options: k8svariant.Options{Namespace: ns, NetworkPolicyEnforced: true}}
 	sb := newK8s(t, cfg)
 	np, err := e.cs.NetworkingV1().NetworkPolicies(ns).Get(ctx, "code-sandboxes-"+sb.ID(), metav1.GetOptions{})
 	if err != nil {
@@ -443,22 +444,22 @@ func TestKubernetesFailures(t *testing.T) {
 		want []string
 	}{
 		{"MissingImage", func(c *sandboxes.Config) {
-			c.Kubernetes.Image, c.Kubernetes.ImagePullPolicy = "code-sandboxes-env:missing", "Never"
+			k8sOptions(c).Image, k8sOptions(c).ImagePullPolicy = "code-sandboxes-env:missing", "Never"
 		}, []string{"code-sandboxes-env:missing is not on the node", "environments export", "ctr -n k8s.io images import"}},
 		{"MissingImagePull", func(c *sandboxes.Config) {
-			c.Kubernetes.Image = "localhost:1/code-sandboxes-env:missing"
+			k8sOptions(c).Image = "localhost:1/code-sandboxes-env:missing"
 		}, []string{"could not be pulled", "environments export"}},
 		{"EnvironmentNotLoaded", func(c *sandboxes.Config) {
 			c.EnvironmentDir, c.Environment = fake, "notloaded"
-			c.Kubernetes.ImagePullPolicy = "Never"
+			k8sOptions(c).ImagePullPolicy = "Never"
 		}, []string{"is not on the node", "code-sandboxes environments export notloaded -o notloaded.tar"}},
 		{"AgentDies", func(c *sandboxes.Config) {
 			c.EnvironmentDir, c.Environment = broken, "broken"
-			c.Kubernetes.ImagePullPolicy = "Never"
+			k8sOptions(c).ImagePullPolicy = "Never"
 		}, []string{"the sandbox's agent exited with status 1", "unknown flag: --sandbox", "looks older than this program"}},
 		{"UnschedulableMemory", func(c *sandboxes.Config) { c.Memory = 1 << 40 }, []string{"no node can run", "Insufficient memory"}},
 		{"UnschedulableSelector", func(c *sandboxes.Config) {
-			c.Kubernetes.NodeSelector = map[string]string{"code-sandboxes.test/nowhere": "true"}
+			k8sOptions(c).NodeSelector = map[string]string{"code-sandboxes.test/nowhere": "true"}
 		}, []string{"no node can run", "node affinity/selector"}},
 		{"Pids", func(c *sandboxes.Config) { c.Pids = 100 }, []string{"podPidsLimit"}},
 		{"NotBuilt", func(c *sandboxes.Config) { c.Environment = "never-built-env" }, []string{"not built on this machine", "environments export never-built-env"}},
@@ -607,7 +608,7 @@ func TestKubernetesWarmPool(t *testing.T) {
 	ns := e.namespace(t)
 	ctx := k8sCtx(t, 5*time.Minute)
 	cfg := k8sConfig(ns)
-	cfg.Kubernetes.WarmPool = 1
+	k8sOptions(&cfg).WarmPool = 1
 	before := kubernetes.Stats()
 	first := newK8s(t, cfg)
 	if s := kubernetes.Stats(); s.Misses != before.Misses+1 {
@@ -667,4 +668,19 @@ func TestKubernetesWarmPool(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// k8sOptions makes c.Options a fresh *k8svariant.Options (the variant
+// takes a pointer as well as a value) holding what it had, and returns it
+// for a test to change; copies of c made before keep theirs.
+func k8sOptions(c *sandboxes.Config) *k8svariant.Options {
+	var o k8svariant.Options
+	switch v := c.Options.(type) {
+	case *k8svariant.Options:
+		o = *v
+	case k8svariant.Options:
+		o = v
+	}
+	c.Options = &o
+	return &o
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	_ "github.com/code-sandboxes/code-sandboxes/e2b" // registers the e2b variant (refusals tested here)
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 

@@ -18,12 +18,11 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -113,117 +112,29 @@ type Config struct {
 	// first (the built-in "python" on first use); nil = os.Stderr.
 	BuildOutput io.Writer
 
-	Local      LocalConfig
-	Docker     DockerConfig
-	Kubernetes KubernetesConfig
-	E2B        E2BConfig
+	// Local holds the settings of the local variant, the embedded default.
+	Local LocalConfig
+	// Options are the settings of another variant, of the type its package
+	// defines: docker.Options, kubernetes.Options, e2b.Options (import the
+	// package to add its variant). nil = the variant's defaults.
+	Options any
 }
 
-// KubernetesConfig holds settings of the kubernetes variant (a pod per
-// sandbox on any cluster).
-type KubernetesConfig struct {
-	// Kubeconfig is the kubeconfig file; "" = $KUBECONFIG, else
-	// ~/.kube/config, else the in-cluster service account.
-	Kubeconfig string
-	// Context is the kubeconfig context; "" = its current context.
-	Context string
-	// Namespace holds the sandboxes' pods; "" = the kubeconfig's, else
-	// "default".
-	Namespace string
-	// Image is the pod image; it must contain the agent at
-	// /opt/code-sandboxes/agent (`code-sandboxes environments export`
-	// makes one). "" = code-sandboxes-env:<build id> of Environment.
-	Image string
-	// ImagePullPolicy: Always, IfNotPresent (default) or Never.
-	ImagePullPolicy string
-	// RuntimeClassName selects gVisor, Kata … where the cluster has them.
-	RuntimeClassName string
-	NodeSelector     map[string]string
-	Tolerations      []Toleration
-	// NetworkPolicyEnforced asserts that the cluster's network plugin
-	// enforces NetworkPolicy; without it (or a plugin the variant knows to
-	// enforce) network none and allowlist are refused, not silently open.
-	NetworkPolicyEnforced bool
-	// WarmPool keeps this many ready sandboxes per environment and hands
-	// one out on Create (0 = none).
-	WarmPool int
-}
+// LocalConfig holds settings of the local variant: RuntimeDir (where its
+// records and sockets live; programs that must not see or Kill each
+// other's sandboxes give each its own) and Python.
+type LocalConfig = local.Options
 
-// Toleration is a pod toleration (core/v1 Toleration's fields).
-type Toleration struct {
-	Key, Operator, Value, Effect string
-	TolerationSeconds            *int64
-}
+// Variants lists the registered variant names: local, and those whose
+// packages the program imports.
+func Variants() []string { return driver.Names() }
 
-// DockerConfig holds settings of the docker variant.
-type DockerConfig struct {
-	// Host is the Docker Engine address; "" = $DOCKER_HOST, else the
-	// local socket.
-	Host string
-	// AgentPath is a static Linux build of this program or of
-	// code-sandboxes-agent, bind-mounted into containers as their init;
-	// "" = this program itself when it is static.
-	AgentPath string
-	// Runtime is the OCI runtime (for example runsc); "" = the engine's
-	// default.
-	Runtime string
-}
-
-// E2BConfig holds settings of the e2b variant (E2B's cloud or any
-// E2B-compatible host, such as code-sandboxes serve). Empty values are read
-// as E2B's SDKs do: APIKey from $E2B_API_KEY, Domain from $E2B_DOMAIN
-// (default e2b.app), APIURL from $E2B_API_URL (default https://api.<domain>),
-// SandboxURL from $E2B_SANDBOX_URL, Debug from $E2B_DEBUG=true.
-type E2BConfig struct {
-	APIKey string
-	Domain string
-	// Template is the E2B template; default code-interpreter-v1 (or Environment).
-	Template string
-	// AllowInternetAccess applies when NetworkPolicy is empty; nil = true.
-	AllowInternetAccess *bool
-	// Secure asks for an envd access token; nil = true.
-	Secure     *bool
-	APIURL     string
-	SandboxURL string
-	Debug      bool
-	// ListAll makes List and Get see every sandbox of the team, not only
-	// those created by code-sandboxes.
-	ListAll bool
-}
-
-// LocalConfig holds settings of the local variant.
-type LocalConfig struct {
-	// RuntimeDir keeps sandbox records and sockets; default
-	// $CODE_SANDBOXES_RUNTIME_DIR, else /run/code-sandboxes (root) or
-	// $XDG_RUNTIME_DIR/code-sandboxes.
-	RuntimeDir string
-	// Python is the interpreter inside the sandbox; default python3 from PATH
-	// (/usr/local/bin:/usr/bin:/bin).
-	Python string
-}
-
-var (
-	regMu    sync.RWMutex
-	registry = map[string]driver.Variant{}
-)
-
-// register adds a variant; variants call it from init.
-func register(v driver.Variant) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	registry[v.Name()] = v
-}
-
-// Variants lists the registered variant names.
-func Variants() []string {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
+// variantPackages are this module's variant packages, named in the error
+// for a variant the program didn't import.
+var variantPackages = map[string]string{
+	"docker":     "github.com/code-sandboxes/code-sandboxes/docker",
+	"kubernetes": "github.com/code-sandboxes/code-sandboxes/kubernetes",
+	"e2b":        "github.com/code-sandboxes/code-sandboxes/e2b",
 }
 
 // NormalizeVariant lower-cases and trims a variant name and maps '_' to '-',
@@ -237,11 +148,13 @@ func variantFor(name string) (driver.Variant, error) {
 	if name == "" {
 		name = "local"
 	}
-	regMu.RLock()
-	v := registry[name]
-	regMu.RUnlock()
+	v := driver.Lookup(name)
 	if v == nil {
-		return nil, fmt.Errorf("%w: unknown sandbox variant %q; supported variants: %s", ErrInvalidConfig, name, strings.Join(Variants(), ", "))
+		hint := ""
+		if _, ok := variantPackages[name]; ok {
+			hint = fmt.Sprintf(" (import %q to add it)", variantPackages[name])
+		}
+		return nil, fmt.Errorf("%w: unknown sandbox variant %q%s; registered variants: %s", ErrInvalidConfig, name, hint, strings.Join(Variants(), ", "))
 	}
 	return v, nil
 }
@@ -261,16 +174,16 @@ func (c Config) spec() (driver.Spec, error) {
 		Lifetime: c.MaxLifetime, MemoryBytes: c.Memory, CPUs: c.CPU, Pids: c.Pids, Env: c.Env,
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
 		AllowedHosts: c.AllowedHosts, Packages: c.Packages, PackageIndex: c.PackageIndex,
-		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput,
-		Local:      driver.LocalSpec{RuntimeDir: c.Local.RuntimeDir, Python: c.Local.Python},
-		Docker:     driver.DockerSpec{Host: c.Docker.Host, AgentPath: c.Docker.AgentPath, Runtime: c.Docker.Runtime},
-		Kubernetes: c.Kubernetes.spec(),
-		E2B: driver.E2BSpec{APIKey: c.E2B.APIKey, Domain: c.E2B.Domain, Template: c.E2B.Template,
-			AllowInternetAccess: c.E2B.AllowInternetAccess, Secure: c.E2B.Secure, APIURL: c.E2B.APIURL,
-			SandboxURL: c.E2B.SandboxURL, Debug: c.E2B.Debug, ListAll: c.E2B.ListAll},
+		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput, Options: c.Options,
 	}
 	if s.Variant == "" {
 		s.Variant = "local"
+	}
+	switch {
+	case s.Variant == "local" && c.Options == nil:
+		s.Options = c.Local
+	case c.Local != (LocalConfig{}) && (s.Variant != "local" || c.Options != nil):
+		return bad("Local holds the local variant's settings; the %s variant takes Options (give one of them)", s.Variant)
 	}
 	if s.Lifetime == 0 {
 		s.Lifetime = 24 * time.Hour
@@ -473,14 +386,4 @@ func ListEnvironments(ctx context.Context, cfg Config) ([]Environment, error) {
 		return nil, err
 	}
 	return v.Environments(ctx, spec)
-}
-
-func (k KubernetesConfig) spec() driver.KubernetesSpec {
-	s := driver.KubernetesSpec{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace, Image: k.Image,
-		ImagePullPolicy: k.ImagePullPolicy, RuntimeClassName: k.RuntimeClassName, NodeSelector: k.NodeSelector,
-		NetworkPolicyEnforced: k.NetworkPolicyEnforced, WarmPool: k.WarmPool}
-	for _, t := range k.Tolerations {
-		s.Tolerations = append(s.Tolerations, driver.Toleration(t))
-	}
-	return s
 }

@@ -64,7 +64,9 @@ func kubeBench(ctx context.Context, rep *strings.Builder, localP50 float64) {
 		cold = append(cold, firstResult(cfg))
 	}
 	pooled := cfg
-	pooled.Kubernetes.WarmPool = 1
+	opts, _ := pooled.Options.(kubernetes.Options)
+	opts.WarmPool = 1
+	pooled.Options = opts
 	var warm []float64
 	for i := 0; i < *nCold; i++ {
 		deadline := time.Now().Add(3 * time.Minute)

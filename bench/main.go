@@ -21,8 +21,11 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	_ "github.com/code-sandboxes/code-sandboxes/docker"
+	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	_ "github.com/code-sandboxes/code-sandboxes/kubernetes"
 )
 
 var (
@@ -162,7 +165,7 @@ func main() {
 	check(err)
 	url, stopServer, err := srv.StartLoopback(false)
 	check(err)
-	serveRTT := runCodeRTT(ctx, sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: key, APIURL: url, SandboxURL: url}})
+	serveRTT := runCodeRTT(ctx, sandboxes.Config{Variant: "e2b", Options: e2b.Options{APIKey: key, APIURL: url, SandboxURL: url}})
 	check(stopServer())
 	lr, sr := summarize(localRTT), summarize(serveRTT)
 	rep.WriteString("## Routing cost of `serve` (issue 4)\n\n")

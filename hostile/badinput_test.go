@@ -14,6 +14,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 )
 
@@ -264,7 +265,7 @@ func TestBadInputServerHTTP(t *testing.T) {
 		waitGoneDir(t, srt)
 	}()
 	// One real sandbox, for the data plane.
-	cfg := sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: base, SandboxURL: base}}
+	cfg := sandboxes.Config{Variant: "e2b", Options: e2b.Options{APIKey: testKey, APIURL: base, SandboxURL: base}}
 	sb, err := sandboxes.Create(ctxBG(time.Minute), cfg)
 	if err != nil {
 		t.Fatal(err)

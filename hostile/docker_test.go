@@ -19,6 +19,7 @@ import (
 	mobyclient "github.com/moby/moby/client"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	_ "github.com/code-sandboxes/code-sandboxes/docker" // registers the docker variant
 	"github.com/code-sandboxes/code-sandboxes/hostile"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )

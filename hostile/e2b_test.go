@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/hostile"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 )
@@ -37,7 +38,7 @@ func TestHostileThroughServe(t *testing.T) {
 		}
 		waitGoneDir(t, srt)
 	}()
-	cfg := sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: base, SandboxURL: base}}
+	cfg := sandboxes.Config{Variant: "e2b", Options: e2b.Options{APIKey: testKey, APIURL: base, SandboxURL: base}}
 	o := hostile.Options{
 		SameHost: true,
 		Created:  func(t *testing.T, sb *sandboxes.Sandbox) { readRec(t, srt, sb.ID()) },

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 )
 
@@ -336,7 +337,7 @@ func TestFaultServerRestart(t *testing.T) {
 		}
 	}
 	stop := start(ln, true)
-	cfg := sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: "http://" + addr, SandboxURL: "http://" + addr}}
+	cfg := sandboxes.Config{Variant: "e2b", Options: e2b.Options{APIKey: testKey, APIURL: "http://" + addr, SandboxURL: "http://" + addr}}
 	sb, err := sandboxes.Create(ctxBG(time.Minute), cfg)
 	if err != nil {
 		_ = stop()

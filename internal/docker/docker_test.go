@@ -180,7 +180,7 @@ func TestRemoteEngineRefused(t *testing.T) {
 			t.Errorf("localEngine(%q) = %v, want %v", host, got, local)
 		}
 	}
-	_, err := connect(context.Background(), driver.DockerSpec{Host: "tcp://10.1.2.3:2376"})
+	_, err := connect(context.Background(), driver.Spec{Variant: "docker", Options: Options{Host: "tcp://10.1.2.3:2376"}})
 	if !errors.Is(err, sberr.ErrInvalidConfig) || !strings.Contains(err.Error(), "another machine") {
 		t.Errorf("remote engine: %v", err)
 	}

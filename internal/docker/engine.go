@@ -33,9 +33,13 @@ type engine struct {
 // pingTimeout bounds how long an unreachable engine can hold up a call.
 const pingTimeout = 10 * time.Second
 
-// connect opens and checks a connection to the engine spec names
-// (Docker.Host, else $DOCKER_HOST, else the local socket).
-func connect(ctx context.Context, spec driver.DockerSpec) (*engine, error) {
+// connect opens and checks a connection to the engine spec's Options name
+// (Host, else $DOCKER_HOST, else the local socket).
+func connect(ctx context.Context, ds driver.Spec) (*engine, error) {
+	spec, err := optionsOf(ds)
+	if err != nil {
+		return nil, err
+	}
 	opts := []mobyclient.Opt{mobyclient.FromEnv}
 	host := os.Getenv("DOCKER_HOST")
 	if spec.Host != "" {
@@ -56,7 +60,7 @@ func connect(ctx context.Context, spec driver.DockerSpec) (*engine, error) {
 	defer cancel()
 	if _, err := c.Ping(pctx, mobyclient.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%w: the Docker engine at %s is not reachable (start dockerd or set DOCKER_HOST / Config.Docker.Host): %w", sberr.ErrUnavailable, host, err)
+		return nil, fmt.Errorf("%w: the Docker engine at %s is not reachable (start dockerd or set DOCKER_HOST / docker.Options.Host): %w", sberr.ErrUnavailable, host, err)
 	}
 	return &engine{c: c, host: host}, nil
 }

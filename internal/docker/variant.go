@@ -215,7 +215,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := checkPackages(spec, network); err != nil {
 		return nil, err
 	}
-	agentPath, err := agentBinary(spec.Docker.AgentPath)
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	agentPath, err := agentBinary(opts.AgentPath)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +233,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	// The engine first: an unreachable one should fail fast, not after a
 	// long environment build.
-	eng, err := connect(ctx, spec.Docker)
+	eng, err := connect(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +270,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
-	inst, err := eng.launch(ctx, launchSpec{spec: spec, rt: rt, image: ref, build: b, agentPath: agentPath, network: network, mode: mode})
+	inst, err := eng.launch(ctx, launchSpec{spec: spec, opts: opts, rt: rt, image: ref, build: b, agentPath: agentPath, network: network, mode: mode})
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +287,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 
 type launchSpec struct {
 	spec          driver.Spec
+	opts          Options
 	rt, image     string
 	build         *environment.Build
 	agentPath     string
@@ -514,7 +519,7 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 		// hierarchy and the engine's full container id.
 		CgroupnsMode: container.CgroupnsModePrivate,
 		Init:         &noInit, // our agent is PID 1, whatever the engine's default
-		Runtime:      spec.Docker.Runtime,
+		Runtime:      ls.opts.Runtime,
 		Resources: container.Resources{
 			PidsLimit: &pids,
 			Ulimits: []*container.Ulimit{
@@ -535,7 +540,7 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 
 // Connect implements driver.Variant.
 func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driver.Instance, error) {
-	eng, err := connect(ctx, spec.Docker)
+	eng, err := connect(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -583,7 +588,7 @@ func (e *engine) connectTo(ctx context.Context, id string) (*instance, error) {
 // List implements driver.Variant; it also sweeps expired sandboxes and
 // debris.
 func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
-	eng, err := connect(ctx, spec.Docker)
+	eng, err := connect(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -605,7 +610,7 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 
 // Kill implements driver.Variant.
 func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
-	eng, err := connect(ctx, spec.Docker)
+	eng, err := connect(ctx, spec)
 	if err != nil {
 		return err
 	}

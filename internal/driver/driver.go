@@ -5,10 +5,15 @@ package driver
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"slices"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
 // Spec is a validated, normalised sandbox request.
@@ -32,52 +37,30 @@ type Spec struct {
 	EnvironmentDir string
 	// BuildOutput receives build progress (nil = os.Stderr).
 	BuildOutput io.Writer
-	// Variant-specific settings, typed by each variant.
-	Local      LocalSpec
-	Docker     DockerSpec
-	Kubernetes KubernetesSpec
-	E2B        E2BSpec
+	// Options are the variant's own settings, of the type its package
+	// defines (local.Options, docker.Options, …); nil = its defaults. The
+	// shared Spec knows no variant: a new one adds a package, not fields.
+	Options any
 }
 
-// KubernetesSpec holds the kubernetes variant's own settings (see
-// sandboxes.KubernetesConfig).
-type KubernetesSpec struct {
-	Kubeconfig, Context, Namespace string
-	Image, ImagePullPolicy         string
-	RuntimeClassName               string
-	NodeSelector                   map[string]string
-	Tolerations                    []Toleration
-	NetworkPolicyEnforced          bool
-	WarmPool                       int
-}
-
-// Toleration is a pod toleration.
-type Toleration struct {
-	Key, Operator, Value, Effect string
-	TolerationSeconds            *int64
-}
-
-// DockerSpec holds the docker variant's own settings.
-type DockerSpec struct {
-	Host      string // engine address; "" = $DOCKER_HOST or the default socket
-	AgentPath string // static agent binary; "" = os.Executable() when static
-	Runtime   string // OCI runtime name; "" = the engine's default
-}
-
-// LocalSpec holds the local variant's own settings.
-type LocalSpec struct {
-	RuntimeDir string // where sandboxes keep their records and sockets
-	Python     string // interpreter inside the sandbox; "" = python3 from PATH
-}
-
-// E2BSpec holds the e2b variant's own settings; empty strings mean the
-// SDKs' environment variables (E2B_API_KEY, E2B_DOMAIN, …) and defaults.
-type E2BSpec struct {
-	APIKey, Domain, Template string
-	AllowInternetAccess      *bool // nil = true
-	Secure                   *bool // nil = true
-	APIURL, SandboxURL       string
-	Debug, ListAll           bool
+// OptionsOf returns spec.Options as the variant's own type T (a T or a
+// non-nil *T; nil gives T's zero value, the variant's defaults). Another
+// type is a configuration error that names what the variant takes.
+func OptionsOf[T any](spec Spec) (T, error) {
+	var zero T
+	switch o := spec.Options.(type) {
+	case nil:
+		return zero, nil
+	case T:
+		return o, nil
+	case *T:
+		if o != nil {
+			return *o, nil
+		}
+		return zero, nil
+	default:
+		return zero, fmt.Errorf("%w: the %s variant takes options of type %T, got %T", sberr.ErrInvalidConfig, spec.Variant, zero, spec.Options)
+	}
 }
 
 // Info describes a sandbox.
@@ -164,4 +147,40 @@ type Variant interface {
 	List(ctx context.Context, spec Spec, f Filter) ([]Info, error)
 	Kill(ctx context.Context, spec Spec, id string) error
 	Environments(ctx context.Context, spec Spec) ([]Environment, error)
+}
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]Variant{}
+)
+
+// Register makes a variant available by its name, as database/sql drivers
+// do: a variant's package calls it from init, so importing the package is
+// what adds the variant (the public package embeds only local).
+func Register(v Variant) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := registry[v.Name()]; dup {
+		panic("sandboxes: variant " + v.Name() + " registered twice")
+	}
+	registry[v.Name()] = v
+}
+
+// Lookup returns the variant registered under name, or nil.
+func Lookup(name string) Variant {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	return registry[name]
+}
+
+// Names lists the registered variants, sorted.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return slices.Clip(out)
 }

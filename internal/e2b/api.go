@@ -187,7 +187,7 @@ func (a api) apiError(op, sandboxID string, resp *http.Response) error {
 	switch s := resp.StatusCode; {
 	case s == http.StatusUnauthorized || s == http.StatusForbidden:
 		e.kind = sberr.ErrUnauthorized
-		e.hint = "the API key came from " + a.c.keySource + " (set Config.E2B.APIKey or E2B_API_KEY to a valid key)"
+		e.hint = "the API key came from " + a.c.keySource + " (set e2b.Options.APIKey or E2B_API_KEY to a valid key)"
 	case s == http.StatusTooManyRequests:
 		e.kind = sberr.ErrRateLimited
 		e.hint = "E2B rate-limited the request; retry later or lower the request rate"

@@ -53,8 +53,12 @@ type conf struct {
 	validateKey       bool
 }
 
-func resolve(s driver.E2BSpec) (*conf, error) {
-	c := &conf{apiKey: s.APIKey, keySource: "Config.E2B.APIKey", domain: s.Domain, apiURL: s.APIURL,
+func resolve(spec driver.Spec) (*conf, error) {
+	s, err := optionsOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	c := &conf{apiKey: s.APIKey, keySource: "e2b.Options.APIKey", domain: s.Domain, apiURL: s.APIURL,
 		sandboxURL: s.SandboxURL, debug: s.Debug, listAll: s.ListAll, validateKey: true}
 	if c.apiKey == "" {
 		c.apiKey, c.keySource = os.Getenv("E2B_API_KEY"), "$E2B_API_KEY"
@@ -87,7 +91,6 @@ func resolve(s driver.E2BSpec) (*conf, error) {
 	if strings.ContainsAny(c.domain, "/:@ \t\r\n") {
 		return nil, fmt.Errorf("%w: E2B domain %q: give a bare domain such as e2b.app (use APIURL / SandboxURL for URLs)", sberr.ErrInvalidConfig, c.domain)
 	}
-	var err error
 	if c.apiURL, err = checkURL("E2B API URL", c.apiURL); err != nil {
 		return nil, err
 	}
@@ -110,7 +113,7 @@ func checkURL(what, s string) (string, error) {
 // checkKey is the SDKs' client-side check, before any request.
 func (c *conf) checkKey() error {
 	if c.apiKey == "" {
-		return fmt.Errorf("%w: %w: no E2B API key: set Config.E2B.APIKey or the E2B_API_KEY environment variable (from https://e2b.dev/dashboard, or the key of your code-sandboxes serve)",
+		return fmt.Errorf("%w: %w: no E2B API key: set e2b.Options.APIKey or the E2B_API_KEY environment variable (from https://e2b.dev/dashboard, or the key of your code-sandboxes serve)",
 			sberr.ErrInvalidConfig, sberr.ErrUnauthorized)
 	}
 	if c.validateKey && !apiKeyPattern.MatchString(c.apiKey) {

@@ -23,22 +23,22 @@ func TestURLs(t *testing.T) {
 	sb := sandboxJSON{SandboxID: id, EnvdVersion: "0.6.13", EnvdAccessToken: "tok"}
 	for _, tc := range []struct {
 		name                    string
-		spec                    driver.E2BSpec
+		spec                    Options
 		env                     map[string]string
 		api, envd, interp, host string
 	}{
 		{name: "default", api: "https://api.e2b.app", envd: "https://sandbox.e2b.app", interp: "https://49999-" + id + ".e2b.app", host: "8000-" + id + ".e2b.app"},
 		{name: "e2b.dev from env", env: map[string]string{"E2B_DOMAIN": "e2b.dev"}, api: "https://api.e2b.dev", envd: "https://sandbox.e2b.dev", interp: "https://49999-" + id + ".e2b.dev", host: "8000-" + id + ".e2b.dev"},
-		{name: "custom domain", spec: driver.E2BSpec{Domain: "sbx.example.com"}, api: "https://api.sbx.example.com", envd: "https://49983-" + id + ".sbx.example.com", interp: "https://49999-" + id + ".sbx.example.com", host: "8000-" + id + ".sbx.example.com"},
+		{name: "custom domain", spec: Options{Domain: "sbx.example.com"}, api: "https://api.sbx.example.com", envd: "https://49983-" + id + ".sbx.example.com", interp: "https://49999-" + id + ".sbx.example.com", host: "8000-" + id + ".sbx.example.com"},
 		{name: "debug", env: map[string]string{"E2B_DEBUG": "true"}, api: "http://localhost:3000", envd: "http://localhost:49983", interp: "http://localhost:49999", host: "localhost:8000"},
 		{name: "api url from env", env: map[string]string{"E2B_API_URL": "http://127.0.0.1:3000/"}, api: "http://127.0.0.1:3000", envd: "https://sandbox.e2b.app", interp: "https://49999-" + id + ".e2b.app", host: "8000-" + id + ".e2b.app"},
-		{name: "sandbox url", spec: driver.E2BSpec{SandboxURL: "http://127.0.0.1:4000"}, env: map[string]string{"E2B_SANDBOX_URL": "http://ignored:1"}, api: "https://api.e2b.app", envd: "http://127.0.0.1:4000", interp: "http://127.0.0.1:4000"},
+		{name: "sandbox url", spec: Options{SandboxURL: "http://127.0.0.1:4000"}, env: map[string]string{"E2B_SANDBOX_URL": "http://ignored:1"}, api: "https://api.e2b.app", envd: "http://127.0.0.1:4000", interp: "http://127.0.0.1:4000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			c, err := resolve(tc.spec)
+			c, err := resolve(driver.Spec{Options: tc.spec})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestURLs(t *testing.T) {
 		})
 	}
 	// The sandbox's own domain, when the API names one, wins.
-	c, _ := resolve(driver.E2BSpec{})
+	c, _ := resolve(driver.Spec{Options: Options{}})
 	d := "eu.e2b.example"
 	i := newInstance(c, sandboxJSON{SandboxID: id, Domain: &d})
 	if i.cl.EnvdURL() != "https://49983-"+id+".eu.e2b.example" {
@@ -73,18 +73,18 @@ func TestURLs(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	clearEnv(t)
-	if _, err := resolve(driver.E2BSpec{APIURL: "ftp://x"}); !errors.Is(err, sberr.ErrInvalidConfig) {
+	if _, err := resolve(driver.Spec{Options: Options{APIURL: "ftp://x"}}); !errors.Is(err, sberr.ErrInvalidConfig) {
 		t.Errorf("bad api url: %v", err)
 	}
-	if _, err := resolve(driver.E2BSpec{Domain: "https://e2b.app"}); !errors.Is(err, sberr.ErrInvalidConfig) {
+	if _, err := resolve(driver.Spec{Options: Options{Domain: "https://e2b.app"}}); !errors.Is(err, sberr.ErrInvalidConfig) {
 		t.Errorf("url as domain: %v", err)
 	}
-	c, _ := resolve(driver.E2BSpec{APIKey: "e2b_XYZ"})
+	c, _ := resolve(driver.Spec{Options: Options{APIKey: "e2b_XYZ"}})
 	if err := c.checkKey(); !errors.Is(err, sberr.ErrInvalidConfig) {
 		t.Errorf("upper-case key: %v", err)
 	}
 	t.Setenv("E2B_VALIDATE_API_KEY", "false")
-	c, _ = resolve(driver.E2BSpec{APIKey: "e2b_XYZ"})
+	c, _ = resolve(driver.Spec{Options: Options{APIKey: "e2b_XYZ"}})
 	if err := c.checkKey(); err != nil {
 		t.Errorf("validation off: %v", err)
 	}

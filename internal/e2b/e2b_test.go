@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	e2bvariant "github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
@@ -68,7 +69,7 @@ func e2bServer(t *testing.T) string {
 }
 
 func serverConfig(url string) sandboxes.Config {
-	return sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: url, SandboxURL: url}}
+	return sandboxes.Config{Variant: "e2b", Options: e2bvariant.Options{APIKey: testKey, APIURL: url, SandboxURL: url}}
 }
 
 func hasRich() bool {
@@ -209,6 +210,7 @@ func TestAgainstOurServer(t *testing.T) {
 		index := testpypi.Serve(t, "cs-e2b-demo", testpypi.FileName("cs-e2b-demo", "1.0"),
 			testpypi.Wheel(t, "cs_e2b_demo", "1.0", "cs_e2b_demo", "VALUE = 42\n"))
 		c := cfg
+		c.NetworkPolicy = sandboxes.NetworkAll // pip reaches the index
 		c.Packages, c.PackageIndex = []string{"cs-e2b-demo==1.0"}, index
 		sb, err := sandboxes.Create(ctx, c)
 		if err != nil {
@@ -228,7 +230,7 @@ func TestAgainstOurServer(t *testing.T) {
 	t.Run("InsecureAndEnvironments", func(t *testing.T) {
 		c := cfg
 		no := false
-		c.E2B.Secure = &no
+		e2bOptions(&c).Secure = &no
 		c.Environment = "e2b-code-interpreter"
 		sb, err := sandboxes.Create(ctx, c)
 		if err != nil {
@@ -246,10 +248,10 @@ func TestAgainstOurServer(t *testing.T) {
 
 	t.Run("WrongKey", func(t *testing.T) {
 		c := cfg
-		c.E2B.APIKey = "e2b_" + strings.Repeat("f", 40)
+		e2bOptions(&c).APIKey = "e2b_" + strings.Repeat("f", 40)
 		_, err := sandboxes.Create(ctx, c)
 		t.Log(err)
-		if !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "Config.E2B.APIKey") {
+		if !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "e2b.Options.APIKey") {
 			t.Errorf("wrong key = %v", err)
 		}
 	})

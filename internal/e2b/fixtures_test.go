@@ -17,6 +17,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	e2bvariant "github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -71,7 +72,7 @@ func newFake(t *testing.T) *fake {
 }
 
 func (f *fake) config() sandboxes.Config {
-	return sandboxes.Config{Variant: "e2b", E2B: sandboxes.E2BConfig{APIKey: testKey, APIURL: f.srv.URL, SandboxURL: f.srv.URL}}
+	return sandboxes.Config{Variant: "e2b", Options: e2bvariant.Options{APIKey: testKey, APIURL: f.srv.URL, SandboxURL: f.srv.URL}}
 }
 
 func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +171,8 @@ func TestFixtureCreateRunInfoClose(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]any{"templateID": "code-interpreter-v1", "timeout": float64(5401), "secure": true, "allow_internet_access": true,
+	// NetworkPolicy "" is none on every variant: no internet unless asked.
+	want := map[string]any{"templateID": "code-interpreter-v1", "timeout": float64(5401), "secure": true, "allow_internet_access": false,
 		"metadata": map[string]any{"created-by": "code-sandboxes", "name": "fixture", "team": "ai"}, "envVars": map[string]any{"A": "1"}}
 	if g, w := mustJSON(got), mustJSON(want); g != w {
 		t.Errorf("create body\n got %s\nwant %s", g, w)
@@ -323,7 +325,7 @@ func TestFixtureListPagesAndFilters(t *testing.T) {
 	}
 
 	cfg := f.config()
-	cfg.E2B.ListAll = true
+	e2bOptions(&cfg).ListAll = true
 	if _, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -384,12 +386,12 @@ func TestFixtureErrors(t *testing.T) {
 
 	// 401: ErrUnauthorized, saying where the key came from.
 	cfg := f.config()
-	cfg.E2B.APIKey = "e2b_" + strings.Repeat("0", 40)
+	e2bOptions(&cfg).APIKey = "e2b_" + strings.Repeat("0", 40)
 	_, err := sandboxes.Create(ctx, cfg)
-	if !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "Config.E2B.APIKey") || !strings.Contains(err.Error(), "Invalid API key") {
+	if !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "e2b.Options.APIKey") || !strings.Contains(err.Error(), "Invalid API key") {
 		t.Errorf("401 = %v", err)
 	}
-	cfg.E2B.APIKey = ""
+	e2bOptions(&cfg).APIKey = ""
 	t.Setenv("E2B_API_KEY", "e2b_"+strings.Repeat("1", 40))
 	if _, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "$E2B_API_KEY") {
 		t.Errorf("401 with the env key = %v", err)
@@ -401,7 +403,7 @@ func TestFixtureErrors(t *testing.T) {
 	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) || !errors.Is(err, sandboxes.ErrUnauthorized) || !strings.Contains(err.Error(), "E2B_API_KEY") {
 		t.Errorf("no key = %v", err)
 	}
-	cfg.E2B.APIKey = "sk-not-e2b"
+	e2bOptions(&cfg).APIKey = "sk-not-e2b"
 	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "e2b_<hex>") {
 		t.Errorf("malformed key = %v", err)
 	}
@@ -496,11 +498,15 @@ func TestFixtureRefusals(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	n := f.count()
 	for name, mod := range map[string]func(*sandboxes.Config){
-		"memory":    func(c *sandboxes.Config) { c.Memory = 1 << 30 },
-		"cpu":       func(c *sandboxes.Config) { c.CPU = 2 },
-		"reserved":  func(c *sandboxes.Config) { c.Tags = map[string]string{"created-by": "me"} },
-		"conflict":  func(c *sandboxes.Config) { no := false; c.NetworkPolicy = "all"; c.E2B.AllowInternetAccess = &no },
-		"template":  func(c *sandboxes.Config) { c.Environment = "base"; c.E2B.Template = "other" },
+		"memory":   func(c *sandboxes.Config) { c.Memory = 1 << 30 },
+		"cpu":      func(c *sandboxes.Config) { c.CPU = 2 },
+		"reserved": func(c *sandboxes.Config) { c.Tags = map[string]string{"created-by": "me"} },
+		"conflict": func(c *sandboxes.Config) {
+			no := false
+			c.NetworkPolicy = "all"
+			e2bOptions(c).AllowInternetAccess = &no
+		},
+		"template":  func(c *sandboxes.Config) { c.Environment = "base"; e2bOptions(c).Template = "other" },
 		"pkgs-none": func(c *sandboxes.Config) { c.NetworkPolicy = "none"; c.Packages = []string{"requests"} },
 	} {
 		c := f.config()
@@ -526,4 +532,19 @@ func TestFixtureRefusals(t *testing.T) {
 	if !strings.Contains(body, `"network":{"allowOut":["pypi.org","10.0.0.0/8"],"denyOut":["0.0.0.0/0"]}`) || !strings.Contains(body, `"templateID":"code-interpreter-v1"`) {
 		t.Errorf("allowlist body %s", body)
 	}
+}
+
+// e2bOptions makes c.Options a fresh *e2b.Options (the variant takes a
+// pointer as well as a value) holding what it had, and returns it for a
+// test to change; copies of c made before keep theirs.
+func e2bOptions(c *sandboxes.Config) *e2bvariant.Options {
+	var o e2bvariant.Options
+	switch v := c.Options.(type) {
+	case *e2bvariant.Options:
+		o = *v
+	case e2bvariant.Options:
+		o = v
+	}
+	c.Options = &o
+	return &o
 }

@@ -41,19 +41,23 @@ func (Variant) Capabilities() driver.Capabilities {
 // Environments implements driver.Variant.
 func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Environment, error) {
 	return []driver.Environment{{Name: EnvironmentName, Variant: "e2b", BuildID: DefaultTemplate,
-		Description: "E2B's code interpreter template (" + DefaultTemplate + "): Python with a Jupyter kernel, numpy, pandas, matplotlib…; any other E2B template id or alias is accepted as Environment or E2B.Template"}}, nil
+		Description: "E2B's code interpreter template (" + DefaultTemplate + "): Python with a Jupyter kernel, numpy, pandas, matplotlib…; any other E2B template id or alias is accepted as Environment or e2b.Options.Template"}}, nil
 }
 
-// template picks the E2B template from Environment and E2B.Template.
+// template picks the E2B template from Environment and e2b.Options.Template.
 func template(spec driver.Spec) (string, error) {
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return "", err
+	}
 	env := spec.Environment
 	if env == EnvironmentName {
 		env = DefaultTemplate
 	}
-	t := spec.E2B.Template
+	t := opts.Template
 	switch {
 	case t != "" && env != "" && t != env:
-		return "", fmt.Errorf("%w: Environment %q and E2B.Template %q disagree; give one", sberr.ErrInvalidConfig, spec.Environment, t)
+		return "", fmt.Errorf("%w: Environment %q and e2b.Options.Template %q disagree; give one", sberr.ErrInvalidConfig, spec.Environment, t)
 	case t != "":
 		return t, nil
 	case env != "":
@@ -66,7 +70,10 @@ func template(spec driver.Spec) (string, error) {
 // NewSandbox body.
 func createBody(spec driver.Spec) (sandboxCreate, error) {
 	var b sandboxCreate
-	var err error
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return b, err
+	}
 	if b.TemplateID, err = template(spec); err != nil {
 		return b, err
 	}
@@ -79,7 +86,7 @@ func createBody(spec driver.Spec) (sandboxCreate, error) {
 		return b, fmt.Errorf("%w: E2B has no per-sandbox process limit; unset Pids", sberr.ErrNotSupported)
 	}
 	b.Timeout = seconds(spec.Lifetime)
-	b.Secure = spec.E2B.Secure == nil || *spec.E2B.Secure
+	b.Secure = opts.Secure == nil || *opts.Secure
 	b.EnvVars = spec.Env
 	b.Metadata = map[string]string{metaCreatedBy: createdBy, metaName: spec.Name}
 	for k, v := range spec.Tags {
@@ -88,18 +95,20 @@ func createBody(spec driver.Spec) (sandboxCreate, error) {
 		}
 		b.Metadata[k] = v
 	}
-	aia := spec.E2B.AllowInternetAccess
+	aia := opts.AllowInternetAccess
 	switch spec.Network {
 	case "":
-		b.AllowInternetAccess = aia == nil || *aia
+		// The default is no network, as on every variant (E2B's own
+		// default is internet access: ask for it with NetworkPolicy all).
+		b.AllowInternetAccess = aia != nil && *aia
 	case "none", "all":
 		b.AllowInternetAccess = spec.Network == "all"
 		if aia != nil && *aia != b.AllowInternetAccess {
-			return b, fmt.Errorf("%w: NetworkPolicy %s contradicts E2B.AllowInternetAccess %v; give one", sberr.ErrInvalidConfig, spec.Network, *aia)
+			return b, fmt.Errorf("%w: NetworkPolicy %s contradicts e2b.Options.AllowInternetAccess %v; give one", sberr.ErrInvalidConfig, spec.Network, *aia)
 		}
 	case "allowlist":
 		if aia != nil && !*aia {
-			return b, fmt.Errorf("%w: NetworkPolicy allowlist contradicts E2B.AllowInternetAccess false; give one", sberr.ErrInvalidConfig)
+			return b, fmt.Errorf("%w: NetworkPolicy allowlist contradicts e2b.Options.AllowInternetAccess false; give one", sberr.ErrInvalidConfig)
 		}
 		// Only the allowed hosts, everything else denied (E2B's allowOut
 		// takes precedence over denyOut).
@@ -121,7 +130,7 @@ func createBody(spec driver.Spec) (sandboxCreate, error) {
 
 // Create implements driver.Variant: POST /sandboxes.
 func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
-	c, err := resolve(spec.E2B)
+	c, err := resolve(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +175,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 // and the request must name a timeout, so it asks for what the sandbox has
 // left (read first from GET /sandboxes/{id}).
 func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driver.Instance, error) {
-	c, err := resolve(spec.E2B)
+	c, err := resolve(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -199,9 +208,9 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 const maxListPages = 1000
 
 // List implements driver.Variant: GET /v2/sandboxes, page by page. Unless
-// E2B.ListAll, only the sandboxes code-sandboxes created are listed.
+// e2b.Options.ListAll, only the sandboxes code-sandboxes created are listed.
 func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
-	c, err := resolve(spec.E2B)
+	c, err := resolve(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -269,7 +278,7 @@ func encodeURIComponent(s string) string {
 
 // Kill implements driver.Variant: DELETE /sandboxes/{id}.
 func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
-	c, err := resolve(spec.E2B)
+	c, err := resolve(spec)
 	if err != nil {
 		return err
 	}

@@ -39,10 +39,14 @@ var (
 	clusters   = map[string]*cluster{}
 )
 
-// connect returns the cluster spec names: Kubeconfig ("" = $KUBECONFIG,
-// else ~/.kube/config, else the in-cluster service account), Context and
-// Namespace ("" = the context's, else "default").
-func connect(spec driver.KubernetesSpec) (*cluster, error) {
+// connect returns the cluster spec's Options name: Kubeconfig ("" =
+// $KUBECONFIG, else ~/.kube/config, else the in-cluster service account),
+// Context and Namespace ("" = the context's, else "default").
+func connect(ds driver.Spec) (*cluster, error) {
+	spec, err := optionsOf(ds)
+	if err != nil {
+		return nil, err
+	}
 	key := strings.Join([]string{spec.Kubeconfig, os.Getenv("KUBECONFIG"), spec.Context, spec.Namespace}, "\x00")
 	clustersMu.Lock()
 	defer clustersMu.Unlock()

@@ -119,7 +119,7 @@ func pullPolicy(s string) (corev1.PullPolicy, error) {
 	return "", fmt.Errorf("%w: Kubernetes.ImagePullPolicy %q: use Always, IfNotPresent (default) or Never", sberr.ErrInvalidConfig, s)
 }
 
-func tolerations(in []driver.Toleration) ([]corev1.Toleration, error) {
+func tolerations(in []Toleration) ([]corev1.Toleration, error) {
 	var out []corev1.Toleration
 	for _, t := range in {
 		ct := corev1.Toleration{Key: t.Key, Value: t.Value, TolerationSeconds: t.TolerationSeconds}

@@ -120,7 +120,11 @@ func (c *cluster) network(ctx context.Context, spec driver.Spec) (string, []stri
 	default:
 		return "", nil, fmt.Errorf("%w: network policy %q", sberr.ErrInvalidConfig, policy)
 	}
-	if ok, why := c.policyEnforced(ctx, spec.Kubernetes.NetworkPolicyEnforced); !ok {
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return "", nil, err
+	}
+	if ok, why := c.policyEnforced(ctx, opts.NetworkPolicyEnforced); !ok {
 		what := "no network"
 		if policy == "allowlist" {
 			what = "egress only to AllowedHosts"
@@ -130,7 +134,7 @@ func (c *cluster) network(ctx context.Context, spec driver.Spec) (string, []stri
 			defaulted = " (the default)"
 		}
 		return "", nil, fmt.Errorf("%w: network policy %s%s gives the pod %s through a NetworkPolicy, but this cluster is not known to enforce NetworkPolicy (%s), so the sandbox would have full network access. "+
-			"If the cluster's network plugin does enforce NetworkPolicy, set Config.Kubernetes.NetworkPolicyEnforced = true; to run with network access instead, set Config.NetworkPolicy = \"all\"",
+			"If the cluster's network plugin does enforce NetworkPolicy, set kubernetes.Options.NetworkPolicyEnforced = true; to run with network access instead, set Config.NetworkPolicy = \"all\"",
 			sberr.ErrInvalidConfig, policy, defaulted, what, why)
 	}
 	return policy, egress, nil
@@ -139,7 +143,10 @@ func (c *cluster) network(ctx context.Context, spec driver.Spec) (string, []stri
 // planFor validates spec and resolves everything a pod needs. Nothing is
 // built: the variant runs images, which the user exports and loads.
 func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
-	k := spec.Kubernetes
+	k, err := optionsOf(spec)
+	if err != nil {
+		return nil, err
+	}
 	if spec.Pids != 0 {
 		return nil, fmt.Errorf("%w: Pids: Kubernetes has no per-pod pids limit (the kubelet's podPidsLimit applies to every pod on a node); leave Pids 0 and ask the cluster's admin for podPidsLimit", sberr.ErrInvalidConfig)
 	}
@@ -198,7 +205,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 		env[k] = v
 	}
 	p.env = env
-	c, err := connect(k)
+	c, err := connect(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -220,8 +227,8 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	go p.c.sweep(context.WithoutCancel(ctx))
 	m := meta{name: spec.Name, tags: spec.Tags, lifetime: spec.Lifetime, idle: spec.IdleTimeout}
-	if spec.Kubernetes.WarmPool > 0 && len(spec.Packages) == 0 {
-		inst, err := pools.get(p, spec.Kubernetes.WarmPool).take(ctx, m)
+	if opts, _ := optionsOf(spec); opts.WarmPool > 0 && len(spec.Packages) == 0 { // planFor checked them
+		inst, err := pools.get(p, opts.WarmPool).take(ctx, m)
 		if inst != nil || err != nil {
 			return inst, err
 		}
@@ -363,7 +370,7 @@ func (Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driver
 	if !idRE.MatchString(id) {
 		return nil, fmt.Errorf("sandbox %q: %w on variant kubernetes", id, sberr.ErrNotFound)
 	}
-	c, err := connect(spec.Kubernetes)
+	c, err := connect(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -410,7 +417,7 @@ func (Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driver
 // sandboxes (not warm-pool pods), filtered on the server by the labels it
 // can, and exactly by the annotations.
 func (Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
-	c, err := connect(spec.Kubernetes)
+	c, err := connect(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +461,7 @@ func (Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 	if !idRE.MatchString(id) {
 		return fmt.Errorf("sandbox %q: %w on variant kubernetes", id, sberr.ErrNotFound)
 	}
-	c, err := connect(spec.Kubernetes)
+	c, err := connect(spec)
 	if err != nil {
 		return err
 	}

@@ -61,6 +61,10 @@ func newToken() string {
 
 // Create implements driver.Variant.
 func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return nil, err
+	}
 	switch spec.Network {
 	case "", "none", "all":
 	case "allowlist":
@@ -86,7 +90,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
-	rt := runtimeDir(spec.Local.RuntimeDir)
+	rt := runtimeDir(opts.RuntimeDir)
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
@@ -109,7 +113,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
-	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
+	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
 		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
@@ -376,7 +380,11 @@ func cleanupStale(dir string, r *record) {
 
 // Connect implements driver.Variant.
 func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driver.Instance, error) {
-	rt := runtimeDir(spec.Local.RuntimeDir)
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	rt := runtimeDir(opts.RuntimeDir)
 	r, err := readRecord(filepath.Join(rt, filepath.Base(id)))
 	if err != nil || !r.alive() {
 		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
@@ -391,7 +399,11 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 // List implements driver.Variant; it also cleans up after sandboxes whose
 // supervisor died.
 func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
-	rt := runtimeDir(spec.Local.RuntimeDir)
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	rt := runtimeDir(opts.RuntimeDir)
 	ents, err := os.ReadDir(rt)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -427,14 +439,19 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 
 // Kill implements driver.Variant.
 func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
-	return killByDir(ctx, filepath.Join(runtimeDir(spec.Local.RuntimeDir), filepath.Base(id)))
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return err
+	}
+	return killByDir(ctx, filepath.Join(runtimeDir(opts.RuntimeDir), filepath.Base(id)))
 }
 
 // installPackages pip-installs spec.Packages into the sandbox user's site
 // (gllm_tools' additional_packages). The sandbox's home is private, so
 // overriding Debian's externally-managed marker there harms nobody.
 func (i *instance) installPackages(ctx context.Context, spec driver.Spec, workdir string) error {
-	python := spec.Local.Python
+	opts, _ := optionsOf(spec) // Create checked them
+	python := opts.Python
 	if python == "" {
 		python = "python3"
 	}

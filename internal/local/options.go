@@ -1,0 +1,17 @@
+package local
+
+import "github.com/code-sandboxes/code-sandboxes/internal/driver"
+
+// Options are the local variant's own settings (sandboxes.LocalConfig).
+type Options struct {
+	// RuntimeDir keeps sandbox records and sockets; default
+	// $CODE_SANDBOXES_RUNTIME_DIR, else /run/code-sandboxes (root) or
+	// $XDG_RUNTIME_DIR/code-sandboxes. Programs that must not see (or
+	// Kill) each other's sandboxes give each its own.
+	RuntimeDir string
+	// Python is the interpreter inside the sandbox; default python3 from PATH
+	// (/usr/local/bin:/usr/bin:/bin).
+	Python string
+}
+
+func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }
