@@ -357,3 +357,37 @@ func TestWriteTarRoundTrip(t *testing.T) {
 		t.Fatalf("round trip lost something: %v %q %v %v", err, raw, f1, d)
 	}
 }
+
+// A built-in name resolves to this version's build of it, never to the
+// build another version left the name pointing at.
+func TestBuiltinNameIsThisVersionsBuild(t *testing.T) {
+	st, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := strings.Repeat("ab", 32)
+	dir := filepath.Join(st.Dir, "builds", other)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "build.json"), []byte(`{"id":"`+other+`","name":"python"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(st.Dir, "names", "python"), []byte(other+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Resolve("python")
+	if err == nil {
+		t.Fatalf("Resolve(python) = build %s: another version's build, not this one's spec", b.ID)
+	}
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "environments build python") {
+		t.Fatalf("Resolve(python) = %v; want ErrNotFound saying how to build it", err)
+	}
+	// A name of the user's own still resolves through the name.
+	if err := os.WriteFile(filepath.Join(st.Dir, "names", "mine"), []byte(other+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := st.Resolve("mine"); err != nil || b.ID != other {
+		t.Fatalf("Resolve(mine) = %v, %v", b, err)
+	}
+}

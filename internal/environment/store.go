@@ -1,6 +1,7 @@
 package environment
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,8 +66,23 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 
 // Resolve finds a build by name, by full id or by an unambiguous id prefix of
 // at least 12 hex digits ("sha256:" accepted).
+//
+// A built-in name ("python") resolves to the build of this program's own
+// spec of it, not to whatever build the name last pointed at: another
+// version of code-sandboxes on the machine may have built its own spec
+// under the same name, and a sandbox must run what its program expects.
 func (s *Store) Resolve(ref string) (*Build, error) {
 	ref = strings.TrimPrefix(ref, "sha256:")
+	if spec, ok := Builtin(ref); ok {
+		in, err := s.resolveInputs(context.Background(), spec)
+		if err != nil {
+			return nil, err
+		}
+		if b, err := s.load(digest(spec, in)); err == nil {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%w: the built-in environment %q is not built on this machine for this version (build it with `code-sandboxes environments build %s`)", ErrNotFound, ref, ref)
+	}
 	if ValidName(ref) {
 		if b, err := os.ReadFile(filepath.Join(s.Dir, "names", ref)); err == nil {
 			return s.load(strings.TrimSpace(string(b)))
