@@ -178,16 +178,16 @@ func agentBinary(configured string) (string, error) {
 	}
 	f, err := elf.Open(resolved)
 	if err != nil {
-		return "", fmt.Errorf("%w: agent binary %s is not a Linux executable (%v); set Config.Docker.AgentPath to a static Linux build of this program or of code-sandboxes-agent", sberr.ErrInvalidConfig, resolved, err)
+		return "", fmt.Errorf("%w: agent binary %s is not a Linux executable (%v); set docker.Options.AgentPath to a static Linux build of this program or of code-sandboxes-agent", sberr.ErrInvalidConfig, resolved, err)
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			what := "this program"
 			if configured != "" {
-				what = "Config.Docker.AgentPath"
+				what = "docker.Options.AgentPath"
 			}
-			return "", fmt.Errorf("%w: the docker variant runs %s (%s) inside each container as its init, so it must be statically linked, but it is dynamically linked; build it with CGO_ENABLED=0, or set Config.Docker.AgentPath to a static build of this program or of code-sandboxes-agent",
+			return "", fmt.Errorf("%w: the docker variant runs %s (%s) inside each container as its init, so it must be statically linked, but it is dynamically linked; build it with CGO_ENABLED=0, or set docker.Options.AgentPath to a static build of this program or of code-sandboxes-agent",
 				sberr.ErrInvalidConfig, what, resolved)
 		}
 	}

@@ -62,7 +62,7 @@ func connect(ds driver.Spec) (*cluster, error) {
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return nil, fmt.Errorf("%w: the kubernetes variant found no cluster: set Config.Kubernetes.Kubeconfig or $KUBECONFIG, have ~/.kube/config, or run inside a pod with a service account", sberr.ErrInvalidConfig)
+			return nil, fmt.Errorf("%w: the kubernetes variant found no cluster: set kubernetes.Options.Kubeconfig or $KUBECONFIG, have ~/.kube/config, or run inside a pod with a service account", sberr.ErrInvalidConfig)
 		}
 		return nil, fmt.Errorf("%w: kubeconfig: %w", sberr.ErrInvalidConfig, err)
 	}
@@ -124,7 +124,7 @@ func apiError(what string, err error, ns string) error {
 // Network plugins known to enforce NetworkPolicy, by the name prefix of
 // their node agents' pods in kube-system. Flannel, the bridge plugin and
 // kindnet before kind v0.24 don't; a plugin missing here can be asserted
-// with Config.Kubernetes.NetworkPolicyEnforced.
+// with kubernetes.Options.NetworkPolicyEnforced.
 var enforcingPlugins = []string{"calico-node", "cilium", "anetd", "antrea-agent", "kube-router", "weave-net", "canal", "azure-npm", "romana-agent"}
 
 type enforcement struct {
@@ -142,7 +142,7 @@ var (
 // NetworkPolicy, and how we know (or why we don't).
 func (c *cluster) policyEnforced(ctx context.Context, asserted bool) (bool, string) {
 	if asserted {
-		return true, "Config.Kubernetes.NetworkPolicyEnforced is set"
+		return true, "kubernetes.Options.NetworkPolicyEnforced is set"
 	}
 	enforcementMu.Lock()
 	e, ok := enforcementCache[c.cfg.Host]

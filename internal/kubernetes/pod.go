@@ -106,7 +106,7 @@ func podName(id string) string { return "code-sandboxes-" + id }
 
 var idRE = regexp.MustCompile(`^k[a-z0-9]{16}$`)
 
-// pullPolicy validates Config.Kubernetes.ImagePullPolicy.
+// pullPolicy validates kubernetes.Options.ImagePullPolicy.
 func pullPolicy(s string) (corev1.PullPolicy, error) {
 	switch strings.ToLower(s) {
 	case "", "ifnotpresent":

@@ -151,7 +151,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 		return nil, fmt.Errorf("%w: Pids: Kubernetes has no per-pod pids limit (the kubelet's podPidsLimit applies to every pod on a node); leave Pids 0 and ask the cluster's admin for podPidsLimit", sberr.ErrInvalidConfig)
 	}
 	if k.WarmPool < 0 {
-		return nil, fmt.Errorf("%w: Kubernetes.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, k.WarmPool)
+		return nil, fmt.Errorf("%w: kubernetes.Options.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, k.WarmPool)
 	}
 	pp, err := pullPolicy(k.ImagePullPolicy)
 	if err != nil {
@@ -187,7 +187,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 		if errors.Is(err, environment.ErrNotFound) {
 			return nil, fmt.Errorf("%w: environment %q is not built on this machine, and the kubernetes variant runs images, which it doesn't build: "+
 				"build it (`code-sandboxes environments build %s`, or `-f spec.yaml`), export it (`code-sandboxes environments export %s -o env.tar`) and load env.tar into the cluster "+
-				"(`kind load image-archive env.tar`, `ctr -n k8s.io images import env.tar`, or a registry plus Config.Kubernetes.Image): %w",
+				"(`kind load image-archive env.tar`, `ctr -n k8s.io images import env.tar`, or a registry plus kubernetes.Options.Image): %w",
 				sberr.ErrInvalidConfig, name, name, name, err)
 		}
 		if err != nil {

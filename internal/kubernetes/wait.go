@@ -35,13 +35,13 @@ const (
 )
 
 // loadHint tells how to get a sandbox's image into the cluster; env is the
-// environment it was made from ("" for Config.Kubernetes.Image).
+// environment it was made from ("" for kubernetes.Options.Image).
 func loadHint(env string) string {
 	if env == "" {
 		return "load it into the cluster (`kind load image-archive`, `ctr -n k8s.io images import` on each node) or push it to a registry the cluster pulls from; `code-sandboxes environments export` writes an environment as such an image"
 	}
 	return fmt.Sprintf("export the environment with `code-sandboxes environments export %s -o %s.tar` and load that into the cluster: `kind load image-archive %s.tar`, "+
-		"`ctr -n k8s.io images import %s.tar` on each node, or push it to a registry the cluster pulls from and set Config.Kubernetes.Image", env, env, env, env)
+		"`ctr -n k8s.io images import %s.tar` on each node, or push it to a registry the cluster pulls from and set kubernetes.Options.Image", env, env, env, env)
 }
 
 // podFailure explains a pod that can't become a sandbox, or returns nil
@@ -87,7 +87,7 @@ func podFailure(pod *corev1.Pod, since time.Time) error {
 			if time.Since(since) < unschedulableGrace {
 				return nil
 			}
-			return fmt.Errorf("%w: no node can run the sandbox's pod: the scheduler says %q; lower Memory/CPU, or fix Kubernetes.NodeSelector, Tolerations or RuntimeClassName",
+			return fmt.Errorf("%w: no node can run the sandbox's pod: the scheduler says %q; lower Memory/CPU, or fix kubernetes.Options.NodeSelector, Tolerations or RuntimeClassName",
 				sberr.ErrInvalidConfig, clip(c.Message, 600))
 		}
 	}
