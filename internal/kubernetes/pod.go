@@ -116,7 +116,7 @@ func pullPolicy(s string) (corev1.PullPolicy, error) {
 	case "never":
 		return corev1.PullNever, nil
 	}
-	return "", fmt.Errorf("%w: Kubernetes.ImagePullPolicy %q: use Always, IfNotPresent (default) or Never", sberr.ErrInvalidConfig, s)
+	return "", fmt.Errorf("%w: kubernetes.Options.ImagePullPolicy %q: use Always, IfNotPresent (default) or Never", sberr.ErrInvalidConfig, s)
 }
 
 func tolerations(in []Toleration) ([]corev1.Toleration, error) {
