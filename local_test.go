@@ -16,6 +16,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -256,7 +257,7 @@ func TestLocalStaleRecordCleaned(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	sb := newLocal(t, func(c *sandboxes.Config) { c.Memory = 128 << 20 })
-	dir := filepath.Join(runtimeDir(t), sb.ID())
+	dir := local.SandboxDir(runtimeDir(t), sb.ID())
 	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil {
 		t.Fatal(err)

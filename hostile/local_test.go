@@ -14,6 +14,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/hostile"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -94,7 +95,7 @@ var (
 
 func readRec(t testing.TB, dir, id string) rec {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, id, "state.json"))
+	b, err := os.ReadFile(filepath.Join(local.SandboxDir(dir, id), "state.json"))
 	if err != nil {
 		t.Fatalf("record of %s: %v", id, err)
 	}

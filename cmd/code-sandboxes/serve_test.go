@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 )
 
 // startServe runs `serve` in-process (the test binary is also the sandbox
@@ -113,12 +115,21 @@ func TestServeRefusesBadKey(t *testing.T) {
 func TestReadKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "keys")
-	if err := os.WriteFile(p, []byte("# team keys\ne2b_00ff\n\ne2b_abc123\n"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("# team keys\ne2b_00ff\n\ne2b_abc123 team-a # A's key\ne2b_ab team-a sandboxes=3 memory=512M total-cpu=2 creates-per-minute=10\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := readKeyFile(p)
-	if err != nil || len(keys) != 2 || keys[1] != "e2b_abc123" {
+	if err != nil || len(keys) != 3 || keys[0].Team != "" || keys[1].Key != "e2b_abc123" || keys[1].Team != "team-a" || keys[1].Quota != nil {
 		t.Fatalf("keys = %v, %v", keys, err)
+	}
+	if q := keys[2].Quota; q == nil || *q != (e2bserver.Quota{Sandboxes: 3, Memory: 512 << 20, TotalCPU: 2, CreatesPerMinute: 10}) {
+		t.Errorf("quota = %+v", q)
+	}
+	for _, bad := range []string{"e2b_00 sandboxes=3\n", "e2b_00 t bogus=1\n", "e2b_00 t sandboxes=x\n", "e2b_00 bad/team\n"} {
+		_ = os.WriteFile(p, []byte(bad), 0o600)
+		if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 	_ = os.Chmod(p, 0o644)
 	if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {

@@ -162,3 +162,10 @@ type Variant interface {
 	Kill(ctx context.Context, spec Spec, id string) error
 	Environments(ctx context.Context, spec Spec) ([]Environment, error)
 }
+
+// InstanceOf returns the Instance behind a *sandboxes.Sandbox (nil for
+// anything else). The public package sets it at init, so that the servers
+// under internal/ (serve's proxy) reach a sandbox's agent through the
+// variant interface, whatever the variant, without the public API exposing
+// the agent client.
+var InstanceOf func(sandbox any) Instance

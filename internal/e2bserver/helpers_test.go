@@ -22,7 +22,7 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.APIKeys) == 0 {
+	if len(o.APIKeys) == 0 && len(o.Keys) == 0 {
 		o.APIKeys = []string{testKey}
 	}
 	o.Config.Local.RuntimeDir = rt
@@ -39,15 +39,14 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 			t.Errorf("server shutdown: %v", err)
 		}
 		// Everything the server created must be gone with it.
-		if ents, _ := os.ReadDir(rt); len(ents) != 0 {
+		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+		if left, _ := sandboxes.List(context.Background(), cfg, sandboxes.ListOptions{}); len(left) != 0 {
 			var names []string
-			for _, e := range ents {
-				names = append(names, e.Name())
+			for _, i := range left {
+				names = append(names, i.ID)
+				_, _ = sandboxes.Kill(context.Background(), cfg, i.ID, sandboxes.ListOptions{})
 			}
 			t.Errorf("sandboxes left behind: %s", strings.Join(names, ", "))
-			for _, n := range names {
-				_, _ = sandboxes.Kill(context.Background(), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, n, sandboxes.ListOptions{})
-			}
 		}
 		os.RemoveAll(rt)
 	})
