@@ -157,6 +157,15 @@ func TestOfficialJSSDK(t *testing.T) {
 		t.Errorf("files: %+v", files)
 	}
 
+	var signed struct {
+		UpStatus, DownStatus, TamperedStatus, UnsignedStatus int
+		Body                                                 string
+	}
+	step("signedUrls", &signed)
+	if signed.UpStatus != 200 || signed.DownStatus != 200 || signed.Body != "uploaded via url" || signed.TamperedStatus != 401 || signed.UnsignedStatus != 401 {
+		t.Errorf("signed URLs: %+v", signed)
+	}
+
 	var cmds struct {
 		Stdout   string
 		ExitCode int
