@@ -273,6 +273,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		}
 		tags[key] = v
 	}
+	for key, v := range s.cfg.Tags {
+		tags[key] = v // the operator's tags on every sandbox
+	}
 	tags[tagTemplate] = req.TemplateID
 	tags[tagTeam] = k.Team
 	if private {

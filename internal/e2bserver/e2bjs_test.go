@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
 // e2bjsDir holds the pinned official SDKs and the script that drives them.
@@ -59,9 +62,33 @@ func TestOfficialJSSDK(t *testing.T) {
 		t.Skip("starts sandboxes and node")
 	}
 	needSandboxes(t)
+	testOfficialJSSDK(t, Options{})
+}
+
+// TestOfficialJSSDKDocker: the same SDK run against serve --variant docker.
+func TestOfficialJSSDKDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers and node")
+	}
+	needDocker(t)
+	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "docker", EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}})
+}
+
+// TestOfficialJSSDKKubernetes: the same SDK run against serve --variant
+// kubernetes, on the cluster make test brings up (scripts/with-k8s.sh sets
+// KUBECONFIG).
+func TestOfficialJSSDKKubernetes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts pods and node")
+	}
+	sandboxestest.Require(t, os.Getenv("KUBECONFIG") != "", "a Kubernetes cluster: run under scripts/with-k8s.sh (make test does)")
+	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "kubernetes"}})
+}
+
+func testOfficialJSSDK(t *testing.T, o Options) {
 	node, npm := needNode(t)
 	npmCI(t, npm)
-	s, url := testServer(t, Options{})
+	s, url := testServer(t, o)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

@@ -2,12 +2,17 @@ package e2bserver
 
 import (
 	"context"
+	"debug/elf"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
 const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -26,6 +31,9 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 		o.APIKeys = []string{testKey}
 	}
 	o.Config.Local.RuntimeDir = rt
+	if o.Config.Variant != "" && o.Config.Variant != "local" {
+		o.Config.Tags = map[string]string{"e2bserver-test": rt}
+	}
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -39,8 +47,8 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 			t.Errorf("server shutdown: %v", err)
 		}
 		// Everything the server created must be gone with it.
-		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
-		if left, _ := sandboxes.List(context.Background(), cfg, sandboxes.ListOptions{}); len(left) != 0 {
+		cfg := o.Config
+		if left, _ := sandboxes.List(context.Background(), cfg, sandboxes.ListOptions{Tags: o.Config.Tags}); len(left) != 0 {
 			var names []string
 			for _, i := range left {
 				names = append(names, i.ID)
@@ -63,4 +71,25 @@ func needSandboxes(t *testing.T) {
 		}
 		t.Skipf("local sandboxes are not supported here: %v", err)
 	}
+}
+
+// needDocker skips (or, in CI, fails) without a Docker engine or without
+// a static test binary (the docker variant bind-mounts it as the agent).
+func needDocker(t *testing.T) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
+	f.Close()
+	sandboxestest.Require(t, static, "a static test binary: run the docker tests with CGO_ENABLED=0 (make test does)")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = sandboxes.List(ctx, sandboxes.Config{Variant: "docker"}, sandboxes.ListOptions{})
+	sandboxestest.Require(t, err == nil, fmt.Sprintf("a Docker engine (scripts/with-dockerd.sh): %v", err))
 }
