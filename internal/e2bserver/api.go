@@ -46,7 +46,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
-	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.notSupported("sandbox metrics"))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.sandboxMetrics)
+	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.notSupported("changing a running sandbox's network (choose allowInternetAccess at create)"))
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
@@ -816,3 +817,5 @@ func decodeCursor(tok string) (listedSandbox, error) {
 	}
 	return listedSandbox{StartedAt: time.Unix(0, n).UTC(), SandboxID: id}, nil
 }
+
+func parseUnix(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }

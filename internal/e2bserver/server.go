@@ -168,6 +168,7 @@ type entry struct {
 	memory             int64
 	cpus               float64
 	tunnel             *http.Transport
+	lastUsage          driver.Usage // guarded by Server.mu
 }
 
 // teamState is a team's quota and what it has in flight.
