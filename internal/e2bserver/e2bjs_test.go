@@ -2,8 +2,10 @@ package e2bserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -71,7 +74,18 @@ func TestOfficialJSSDKDocker(t *testing.T) {
 		t.Skip("starts containers and node")
 	}
 	needDocker(t)
-	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "docker", EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}})
+	dir := os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")
+	// The first sandbox builds the python environment (minutes); do it
+	// before the server's bounded create.
+	st, err := environment.Open(cmp.Or(dir, environment.DefaultDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	_, err = st.Ensure(ctx, "python", environment.BuildOptions{Progress: os.Stderr})
+	sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment (network to the Debian mirror): %v", err))
+	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "docker", EnvironmentDir: dir}})
 }
 
 // TestOfficialJSSDKKubernetes: the same SDK run against serve --variant
