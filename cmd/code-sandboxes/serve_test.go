@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 )
 
 // startServe runs `serve` in-process (the test binary is also the sandbox
@@ -26,6 +27,11 @@ func startServe(t *testing.T, ctx context.Context, rt string, args ...string) (u
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs(append([]string{"--listen", "127.0.0.1:0", "--runtime-dir", rt}, args...))
 	t.Setenv("E2B_API_KEY", "")
+	for i, a := range args {
+		if a == "--api-key" && i+1 < len(args) {
+			key = args[i+1] // not printed then
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- cmd.ExecuteContext(ctx); pw.Close() }()
 	sc := bufio.NewScanner(pr)
@@ -35,7 +41,9 @@ func startServe(t *testing.T, ctx context.Context, rt string, args ...string) (u
 		case "E2B_API_URL":
 			url = v
 		case "E2B_API_KEY":
-			key = v
+			if key == "" {
+				key = v
+			}
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
@@ -87,7 +95,7 @@ func TestServeKillsItsSandboxesOnShutdown(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("serve did not stop")
 		}
-		_, err := os.Stat(rt + "/" + id)
+		_, err := os.Stat(local.SandboxDir(rt, id))
 		if keep && err != nil {
 			t.Errorf("--keep-sandboxes: sandbox %s is gone: %v", id, err)
 		}
@@ -95,6 +103,16 @@ func TestServeKillsItsSandboxesOnShutdown(t *testing.T) {
 			t.Errorf("sandbox %s survived the server's shutdown", id)
 		}
 		if keep {
+			// A new server with the same key adopts the sandbox for its team.
+			ctx2, cancel2 := context.WithCancel(context.Background())
+			url2, _, done2 := startServe(t, ctx2, rt, "--api-key", key, "--keep-sandboxes")
+			req, _ := http.NewRequest("GET", url2+"/sandboxes/"+id, nil)
+			req.Header.Set("X-API-Key", key)
+			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+				t.Errorf("the restarted server does not see the kept sandbox: %v %v", resp, err)
+			}
+			cancel2()
+			<-done2
 			if _, _, code := cli(t, "", "delete", "--runtime-dir", rt, id, "-y"); code != 0 {
 				t.Errorf("cleaning up %s failed", id)
 			}

@@ -51,9 +51,7 @@ func newDataPlane(s *Server) *dataPlane {
 			if t.agent() {
 				// The variant's client knows how to reach the agent (unix
 				// socket, container, port-forward); its URL names it.
-				base := t.e.inst.Client().EnvdURL()
-				u, _ := pr.Out.URL.Parse(base)
-				pr.Out.URL.Scheme, pr.Out.URL.Host = u.Scheme, u.Host
+				pr.Out.URL.Scheme, pr.Out.URL.Host = t.e.agentScheme, t.e.agentHost
 			} else {
 				pr.Out.URL.Scheme = "http"
 				pr.Out.URL.Host = "p" + strconv.Itoa(t.port) + tunnelHost

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -168,6 +169,8 @@ type entry struct {
 	memory             int64
 	cpus               float64
 	tunnel             *http.Transport
+	agentScheme        string // of the variant client's envd URL
+	agentHost          string
 	lastUsage          driver.Usage // guarded by Server.mu
 }
 
@@ -437,7 +440,7 @@ func sandboxTarget(r *http.Request) (id string, port int, ok bool) {
 }
 
 // sandboxIDPattern is what E2B's proxy accepts and what our variants' ids are.
-var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
 
 // checkKey finds the request's key among the accepted ones, comparing with
 // every key in constant time without stopping at the first match, so that
@@ -485,6 +488,11 @@ func (s *Server) newEntry(sb *sandboxes.Sandbox, team, template string, private 
 	e := &entry{id: sb.ID(), team: team, template: template, sb: sb, inst: inst, token: tok,
 		traffic: e2bauth.TrafficToken(tok), private: private, memory: mem, cpus: cpus}
 	e.tunnel = s.proxy.tunnelTransport(e)
+	u, err := url.Parse(inst.Client().EnvdURL())
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("sandbox %s: the variant's envd URL %q is not a URL", e.id, inst.Client().EnvdURL())
+	}
+	e.agentScheme, e.agentHost = u.Scheme, u.Host
 	return e, nil
 }
 
