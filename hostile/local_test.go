@@ -154,7 +154,7 @@ func waitGone(t *testing.T, dir, id string) {
 	deadline := time.Now().Add(20 * time.Second)
 	r, known := allRecords()[id]
 	for {
-		_, serr := os.Stat(filepath.Join(dir, id))
+		_, serr := os.Stat(local.SandboxDir(dir, id))
 		var gerr error
 		if known {
 			gerr = goneErr(r)
