@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,4 +159,56 @@ func TestReadKeyFile(t *testing.T) {
 	if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("bad key: %v", err)
 	}
+}
+
+// TestServeReloadsKeyFileOnSIGHUP: a key added to the file works after
+// SIGHUP, a removed one stops working, and a broken file keeps the old keys.
+func TestServeReloadsKeyFileOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "keys")
+	const k1, k2 = "e2b_1111", "e2b_2222"
+	write := func(s string) {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(k1 + " team-a\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, _, done := startServe(t, ctx, t.TempDir(), "--api-key-file", p, "--api-key", "e2b_0000")
+	status := func(key string) int {
+		req, _ := http.NewRequest("GET", url+"/v2/sandboxes", nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor := func(key string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for status(key) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("key %s: status %d, want %d", key, status(key), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if status(k1) != 200 || status(k2) != 401 {
+		t.Fatalf("before reload: %d %d", status(k1), status(k2))
+	}
+	write(k2 + " team-b\n")
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(k2, 200)
+	waitFor(k1, 401)
+	write("not a key\n")
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond)
+	if status(k2) != 200 {
+		t.Error("a broken key file dropped the old keys")
+	}
+	cancel()
+	<-done
 }

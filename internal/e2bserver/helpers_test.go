@@ -3,7 +3,9 @@ package e2bserver
 import (
 	"context"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -92,4 +94,19 @@ func needDocker(t *testing.T) {
 	defer cancel()
 	_, err = sandboxes.List(ctx, sandboxes.Config{Variant: "docker"}, sandboxes.ListOptions{})
 	sandboxestest.Require(t, err == nil, fmt.Sprintf("a Docker engine (scripts/with-dockerd.sh): %v", err))
+}
+
+func needSandboxesB(b *testing.B) {
+	b.Helper()
+	if err := isolate.CheckSupport(); err != nil {
+		b.Skipf("local sandboxes are not supported here: %v", err)
+	}
+}
+
+func decodeBody(tb testing.TB, resp *http.Response, v any) {
+	tb.Helper()
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		tb.Fatal(err)
+	}
 }

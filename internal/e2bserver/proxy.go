@@ -174,10 +174,23 @@ func (p *dataPlane) serve(w http.ResponseWriter, r *http.Request, id string, por
 	p.serveEntry(w, r, e, port)
 }
 
+// maxInflight bounds the data-plane requests open to one sandbox at once:
+// a program in a sandbox that strips the server's mark and sends requests
+// back through the server (a loop the mark can't see) exhausts its own
+// allowance, not the server's descriptors.
+const maxInflight = 512
+
 func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry, port int) {
 	if !p.authorize(w, r, e, port) {
 		return
 	}
+	if e.inflight.Add(1) > maxInflight {
+		e.inflight.Add(-1)
+		p.s.metrics.refused.WithLabelValues("inflight").Inc()
+		writeError(w, http.StatusTooManyRequests, "sandbox %s has %d requests open already; retry when some are done", e.id, maxInflight)
+		return
+	}
+	defer e.inflight.Add(-1)
 	if port == EnvdPort || port == InterpreterPort {
 		if !(r.URL.Path == "/files" && r.Method == http.MethodPost) {
 			if r.ContentLength > maxProxyBody {

@@ -275,7 +275,7 @@ func TestTunnelToServerItselfRefused(t *testing.T) {
 		t.Skip("starts sandboxes")
 	}
 	needSandboxes(t)
-	_, base := testServer(t, Options{})
+	s, base := testServer(t, Options{})
 	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120,"allow_internet_access":true}`)
 	u, _ := url.Parse(base)
 	port, _ := strconv.Atoi(u.Port())
@@ -289,6 +289,15 @@ func TestTunnelToServerItselfRefused(t *testing.T) {
 			t.Errorf("tunnel to the server's own port: %d", st)
 		}
 	}
+	// A loop the mark can't see (a program in the sandbox that strips it
+	// and calls the server again) runs into the per-sandbox bound.
+	e := s.lookup(a.SandboxID, "")
+	e.inflight.Store(maxInflight)
+	if st, _ := tunnel(t, base, a, 8000, nil); st != http.StatusTooManyRequests {
+		t.Errorf("request over the in-flight bound: %d, want 429", st)
+	}
+	e.inflight.Store(0)
+
 	// Spoofing the mark does not help: only this server's own mark counts,
 	// and it is secret.
 	req, _ := http.NewRequest("GET", base+"/health", nil)

@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
@@ -172,6 +173,7 @@ type entry struct {
 	agentScheme        string // of the variant client's envd URL
 	agentHost          string
 	lastUsage          driver.Usage // guarded by Server.mu
+	inflight           atomic.Int32 // data-plane requests open
 }
 
 // teamState is a team's quota and what it has in flight.
