@@ -285,9 +285,12 @@ func TestTunnelToServerItselfRefused(t *testing.T) {
 		{"X-Loop": "1"},
 	} {
 		st, _ := tunnel(t, base, a, port, hdr)
-		if st == 200 || st < 400 {
-			t.Errorf("tunnel to the server's own port: %d", st)
+		// 508 where the sandbox's loopback is the host's (network all in
+		// the host's namespace); 502 where it is its own.
+		if st != http.StatusLoopDetected && st != http.StatusBadGateway {
+			t.Errorf("tunnel to the server's own port: %d, want 508 or 502", st)
 		}
+		t.Logf("tunnel to the server's own port: %d", st)
 	}
 	// A loop the mark can't see (a program in the sandbox that strips it
 	// and calls the server again) runs into the per-sandbox bound.
