@@ -14,6 +14,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -158,7 +159,7 @@ type stateRecord struct {
 
 func readState(t *testing.T, id string) stateRecord {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(runtimeDir(t), id, "state.json"))
+	b, err := os.ReadFile(filepath.Join(local.SandboxDir(runtimeDir(t), id), "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

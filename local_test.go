@@ -17,6 +17,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	_ "github.com/code-sandboxes/code-sandboxes/e2b" // registers the e2b variant (refusals tested here)
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -302,7 +303,7 @@ func TestLocalStaleRecordCleaned(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	sb := newLocal(t, func(c *sandboxes.Config) { c.Memory = 128 << 20 })
-	dir := filepath.Join(runtimeDir(t), sb.ID())
+	dir := local.SandboxDir(runtimeDir(t), sb.ID())
 	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -22,9 +22,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	_ "github.com/code-sandboxes/code-sandboxes/docker"
-	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
-	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	_ "github.com/code-sandboxes/code-sandboxes/kubernetes"
 )
 
@@ -77,6 +75,14 @@ func main() {
 	host, _ := os.Hostname()
 	fmt.Fprintf(&rep, "# Benchmarks\n\nMeasured by `go run ./bench` (see `bench/main.go`) on %s, %d cores, %s, %s. ", host, runtime.NumCPU(), runtime.GOOS, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	rep.WriteString("Every number in a table comes from the same run; the machines are shared and noisy, so read the ratios.\n\n")
+
+	if *onlyServe {
+		rt, _ := os.MkdirTemp("", "cs-bench-")
+		defer os.RemoveAll(rt)
+		serveBench(ctx, &rep, sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}})
+		fmt.Print(rep.String())
+		return
+	}
 
 	if *onlyEnv {
 		// The environment, docker and kubernetes sections alone (a shorter
@@ -157,22 +163,8 @@ func main() {
 	rep.WriteString("| `docker run` | see the docker variant's section below | | |\n")
 	rep.WriteString("\n")
 
-	// 2b. Routing cost: RunCode round trip through serve (the e2b variant
-	// against our E2B-compatible server) against the local variant directly.
-	localRTT := runCodeRTT(ctx, cfg)
-	const key = "e2b_0123456789abcdef0123456789abcdef01234567"
-	srv, err := e2bserver.New(e2bserver.Options{APIKeys: []string{key}, Config: cfg})
-	check(err)
-	url, stopServer, err := srv.StartLoopback(false)
-	check(err)
-	serveRTT := runCodeRTT(ctx, sandboxes.Config{Variant: "e2b", Options: e2b.Options{APIKey: key, APIURL: url, SandboxURL: url}})
-	check(stopServer())
-	lr, sr := summarize(localRTT), summarize(serveRTT)
-	rep.WriteString("## Routing cost of `serve` (issue 4)\n\n")
-	fmt.Fprintf(&rep, "`RunCode(\"x + 2\")` round trip, %d each: the local variant directly (unix socket to the agent) against the e2b variant through `code-sandboxes serve` on loopback (HTTP to the server, which proxies to the same kind of agent).\n\n", len(localRTT))
-	rep.WriteString("| path | p50 | p99 | ratio to local p50 |\n|---|---|---|---|\n")
-	fmt.Fprintf(&rep, "| local variant | %.2f ms | %.2f ms | 1× |\n", lr.p50, lr.p99)
-	fmt.Fprintf(&rep, "| e2b variant → serve → agent | %.2f ms | %.2f ms | %.2f× |\n\n", sr.p50, sr.p99, sr.p50/lr.p50)
+	// 2b. What serve adds: routing cost and tunnel throughput.
+	serveBench(ctx, &rep, cfg)
 
 	// 3. Memory per idle sandbox.
 	var sbs []*sandboxes.Sandbox

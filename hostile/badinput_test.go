@@ -16,6 +16,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 )
 
 // TestBadInputGoAPI: invalid configs, unknown variants, closed sandboxes and
@@ -154,7 +155,7 @@ func TestBadInputGoAPI(t *testing.T) {
 // agentClient talks to a local sandbox's agent directly over its socket.
 func agentClient(t *testing.T, id string) (*http.Client, string) {
 	r := readRec(t, rt, id)
-	sock := filepath.Join(rt, id, "agent.sock")
+	sock := filepath.Join(local.SandboxDir(rt, id), "agent.sock")
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)

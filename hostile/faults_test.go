@@ -17,6 +17,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 )
 
 func newLocal(t *testing.T, mod func(*sandboxes.Config)) *sandboxes.Sandbox {
@@ -195,7 +196,7 @@ func TestFaultKillCreator(t *testing.T) {
 	// Lifetime 8s (+5s supervisor grace): gone by 20s after creation.
 	deadline := created.Add(25 * time.Second)
 	for {
-		if _, err := os.Stat(rt + "/" + id2); os.IsNotExist(err) {
+		if _, err := os.Stat(local.SandboxDir(rt, id2)); os.IsNotExist(err) {
 			break
 		}
 		if time.Now().After(deadline) {

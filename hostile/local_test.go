@@ -14,6 +14,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/hostile"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -94,7 +95,7 @@ var (
 
 func readRec(t testing.TB, dir, id string) rec {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, id, "state.json"))
+	b, err := os.ReadFile(filepath.Join(local.SandboxDir(dir, id), "state.json"))
 	if err != nil {
 		t.Fatalf("record of %s: %v", id, err)
 	}
@@ -153,7 +154,7 @@ func waitGone(t *testing.T, dir, id string) {
 	deadline := time.Now().Add(20 * time.Second)
 	r, known := allRecords()[id]
 	for {
-		_, serr := os.Stat(filepath.Join(dir, id))
+		_, serr := os.Stat(local.SandboxDir(dir, id))
 		var gerr error
 		if known {
 			gerr = goneErr(r)

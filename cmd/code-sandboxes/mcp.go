@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/mcpserver"
@@ -16,13 +19,17 @@ import (
 
 func mcpCmd() *cobra.Command {
 	var c common
-	var listen string
+	var listen, token string
 	var idle time.Duration
+	var maxSessions int
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve the Model Context Protocol (stdio, or streamable HTTP with --listen): run code, commands and files in a sandbox per session",
 		Example: `  code-sandboxes mcp                              # stdio, for a client that starts it
-  code-sandboxes mcp --listen 127.0.0.1:8080      # streamable HTTP at http://127.0.0.1:8080/mcp`,
+  code-sandboxes mcp --listen 127.0.0.1:8080      # streamable HTTP at http://127.0.0.1:8080/mcp
+
+With --listen every request needs Authorization: Bearer <token>: --token,
+else $CODE_SANDBOXES_MCP_TOKEN, else one is generated and printed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := c.config()
@@ -40,14 +47,30 @@ func mcpCmd() *cobra.Command {
 				}
 				return err
 			}
+			generated := false
+			if token == "" {
+				token = os.Getenv("CODE_SANDBOXES_MCP_TOKEN")
+			}
+			if token == "" {
+				var b [24]byte
+				_, _ = rand.Read(b[:])
+				token, generated = hex.EncodeToString(b[:]), true
+			}
+			h, err := srv.HTTPHandler(mcpserver.HTTPOptions{Token: token, MaxSessions: maxSessions, Idle: idle})
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("mcp: listen: %w", err)
 			}
 			mux := http.NewServeMux()
-			mux.Handle("/mcp", srv.HTTPHandler(idle))
+			mux.Handle("/mcp", h)
 			hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 			fmt.Fprintf(cmd.ErrOrStderr(), "MCP (streamable HTTP) at http://%s/mcp\n", ln.Addr())
+			if generated {
+				fmt.Fprintf(cmd.OutOrStdout(), "CODE_SANDBOXES_MCP_TOKEN=%s\n", token)
+			}
 			errc := make(chan error, 1)
 			go func() { errc <- hs.Serve(ln) }()
 			select {
@@ -64,5 +87,7 @@ func mcpCmd() *cobra.Command {
 	c.flags(cmd, true)
 	cmd.Flags().StringVar(&listen, "listen", "", "serve streamable HTTP on this address (path /mcp) instead of stdio")
 	cmd.Flags().DurationVar(&idle, "session-idle", 30*time.Minute, "HTTP: end (and kill the sandbox of) a session idle this long (0 = never)")
+	cmd.Flags().StringVar(&token, "token", "", "HTTP: bearer token clients must send (default $CODE_SANDBOXES_MCP_TOKEN, else generated and printed)")
+	cmd.Flags().IntVar(&maxSessions, "max-sessions", 16, "HTTP: sessions (each with its sandbox) open at once")
 	return cmd
 }

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
@@ -18,32 +21,55 @@ import (
 // serveCmd is `code-sandboxes serve`: a self-hosted E2B on one listener.
 func serveCmd() *cobra.Command {
 	var (
-		listen, apiKey, keyFile, runtimeDir, network, memory string
-		cpu                                                  float64
-		maxTimeout                                           time.Duration
-		keep, verbose                                        bool
+		listen, apiKey, keyFile, runtimeDir, network, memory, variant string
+		totalMemory, metricsToken, logFormat                          string
+		cpu, totalCPU                                                 float64
+		maxSandboxes, createsPerMinute                                int
+		maxTimeout                                                    time.Duration
+		keep, verbose, requireTraffic                                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the E2B API (control and data plane) so that E2B's official SDKs run on local sandboxes",
+		Short: "Serve the E2B API (control and data plane) so that E2B's official SDKs run on our sandboxes",
 		Long: `Serve the E2B API on one listener: the control plane (create, list, get,
 kill, timeout, connect) and the data plane (envd and the code interpreter,
 proxied to each sandbox's agent). Point the official SDKs at it with
 
   E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:3000 E2B_API_KEY=e2b_…
 
-The API keys are --api-key and those in --api-key-file, else $E2B_API_KEY,
-else one is generated and printed.
+Each API key acts for a team, and a team sees only its own sandboxes. The
+keys are --api-key (team "default") and those in --api-key-file, else
+$E2B_API_KEY, else one is generated and printed. The key file has one key a
+line: the key, optionally a team name, optionally the team's quotas as
+name=value (sandboxes, memory, cpu, total-memory, total-cpu,
+creates-per-minute), e.g.
+
+  e2b_0123…  team-a  sandboxes=25 total-memory=16G
+  e2b_4567…  team-b
+
+It is re-read on SIGHUP (a bad file keeps the old keys, with an error).
+
+Every sandbox gets --memory and --cpu (default 1G and 1 core: one
+runaway sandbox can't starve the machine or its neighbours, and a Python
+kernel with the usual data libraries fits well within it).
 When allowInternetAccess is not given at create (the JS SDK's default), the
 sandbox gets --default-network: none unless you choose all (E2B's default).
 On SIGINT or SIGTERM the sandboxes this server created are killed, unless
---keep-sandboxes.`,
+--keep-sandboxes (a later serve on the same variant adopts them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			mem, err := parseSize(memory)
+			if err != nil {
+				return err
+			}
+			totalMem, err := parseSize(totalMemory)
+			if err != nil {
+				return err
+			}
 			generated := false
-			var keys []string
+			var keys []e2bserver.Key
 			if apiKey != "" {
-				keys = append(keys, apiKey)
+				keys = append(keys, e2bserver.Key{Key: apiKey, Team: "default"})
 			}
 			if keyFile != "" {
 				fileKeys, err := readKeyFile(keyFile)
@@ -53,31 +79,65 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				keys = append(keys, fileKeys...)
 			}
 			if len(keys) == 0 && os.Getenv("E2B_API_KEY") != "" {
-				keys = append(keys, os.Getenv("E2B_API_KEY"))
+				keys = append(keys, e2bserver.Key{Key: os.Getenv("E2B_API_KEY"), Team: "default"})
 			}
 			if len(keys) == 0 {
 				var b [20]byte
 				_, _ = rand.Read(b[:])
 				apiKey, generated = "e2b_"+hex.EncodeToString(b[:]), true
-				keys = append(keys, apiKey)
+				keys = append(keys, e2bserver.Key{Key: apiKey, Team: "default"})
 			}
-			mem, err := parseSize(memory)
-			if err != nil {
-				return err
-			}
-			level := slog.LevelWarn
+			level := slog.LevelInfo
 			if verbose {
 				level = slog.LevelDebug
 			}
+			hopts := &slog.HandlerOptions{Level: level}
+			var handler slog.Handler = slog.NewTextHandler(cmd.ErrOrStderr(), hopts)
+			switch logFormat {
+			case "text":
+			case "json":
+				handler = slog.NewJSONHandler(cmd.ErrOrStderr(), hopts)
+			default:
+				return fmt.Errorf("--log-format %q: use text or json", logFormat)
+			}
+			logger := slog.New(handler)
 			srv, err := e2bserver.New(e2bserver.Options{
-				APIKeys:        keys,
-				Config:         sandboxes.Config{Variant: "local", Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout, Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
-				DefaultNetwork: network,
-				MaxTimeout:     maxTimeout,
-				Logger:         slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),
+				Keys: keys,
+				// E2B's lifetime is its timeout, extended only by
+				// setTimeout: no idle timeout behind serve.
+				Config: sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
+					Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
+				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
+					CreatesPerMinute: createsPerMinute},
+				DefaultNetwork:      network,
+				RequireTrafficToken: requireTraffic,
+				MetricsToken:        metricsToken,
+				MaxTimeout:          maxTimeout,
+				Logger:              logger,
 			})
 			if err != nil {
 				return err
+			}
+			if keyFile != "" {
+				hup := make(chan os.Signal, 1)
+				signal.Notify(hup, syscall.SIGHUP)
+				defer signal.Stop(hup)
+				go func() {
+					for range hup {
+						fileKeys, err := readKeyFile(keyFile)
+						if err == nil {
+							if apiKey != "" {
+								fileKeys = append(fileKeys, e2bserver.Key{Key: apiKey, Team: "default"})
+							}
+							err = srv.SetKeys(fileKeys)
+						}
+						if err != nil {
+							logger.Error("reloading the key file; the old keys stay", "file", keyFile, "error", err)
+							continue
+						}
+						logger.Info("reloaded the key file", "file", keyFile, "keys", len(fileKeys))
+					}
+				}()
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -94,21 +154,30 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:3000", "address to listen on (API and sandbox traffic)")
-	f.StringVar(&keyFile, "api-key-file", "", "file of accepted API keys, one e2b_<hex> per line (# comments allowed); re-read only at start")
-	f.StringVar(&apiKey, "api-key", "", "accepted API key, e2b_<hex> (default $E2B_API_KEY, else generated and printed)")
-	f.StringVar(&runtimeDir, "runtime-dir", "", "where sandbox records live (default $CODE_SANDBOXES_RUNTIME_DIR, /run/code-sandboxes or $XDG_RUNTIME_DIR)")
+	f.StringVar(&variant, "variant", "local", "variant that runs the sandboxes: local, docker or kubernetes (its settings come from the usual environment: DOCKER_HOST, KUBECONFIG, …)")
+	f.StringVar(&keyFile, "api-key-file", "", "file of API keys: one a line, `key [team] [quota=value…]` (# comments allowed; mode 600); re-read on SIGHUP")
+	f.StringVar(&apiKey, "api-key", "", "accepted API key of the team \"default\", e2b_<hex> (default $E2B_API_KEY, else generated and printed)")
+	f.StringVar(&runtimeDir, "runtime-dir", "", "local variant: where sandbox records live (default $CODE_SANDBOXES_RUNTIME_DIR, /run/code-sandboxes or $XDG_RUNTIME_DIR)")
 	f.StringVar(&network, "default-network", sandboxes.NetworkNone, "network of sandboxes created without allowInternetAccess: none or all")
-	f.StringVar(&memory, "memory", "", "memory limit of every sandbox, e.g. 512M or 2G")
-	f.Float64Var(&cpu, "cpu", 0, "CPU limit of every sandbox, in cores")
+	f.StringVar(&memory, "memory", "1G", "memory limit of every sandbox, e.g. 512M or 2G (a team's memory= quota overrides it)")
+	f.Float64Var(&cpu, "cpu", 1, "CPU limit of every sandbox, in cores (a team's cpu= quota overrides it)")
+	f.IntVar(&maxSandboxes, "max-sandboxes", 0, "sandboxes a team may run at once (0 = no limit)")
+	f.StringVar(&totalMemory, "max-total-memory", "", "memory a team's sandboxes may have in all, e.g. 16G (\"\" = no limit)")
+	f.Float64Var(&totalCPU, "max-total-cpu", 0, "CPU cores a team's sandboxes may have in all (0 = no limit)")
+	f.IntVar(&createsPerMinute, "max-creates-per-minute", 0, "sandboxes a team may create per minute (0 = no limit)")
+	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
+	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
+	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")
 	return cmd
 }
 
-// readKeyFile reads API keys, one a line; blank lines and # comments skipped.
-// A key file readable by others is refused: it holds credentials.
-func readKeyFile(path string) ([]string, error) {
+// readKeyFile reads API keys, one a line: the key, an optional team name
+// and optional quota=value fields; blank lines and # comments skipped. A
+// key file readable by others is refused: it holds credentials.
+func readKeyFile(path string) ([]e2bserver.Key, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("--api-key-file: %w", err)
@@ -116,20 +185,67 @@ func readKeyFile(path string) ([]string, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("--api-key-file %s is readable by group or others (mode %v); chmod 600 it", path, st.Mode().Perm())
 	}
+	if st.Size() > 16<<20 {
+		return nil, fmt.Errorf("--api-key-file %s is larger than 16 MiB", path)
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--api-key-file: %w", err)
 	}
-	var keys []string
+	var keys []e2bserver.Key
 	for i, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
+		if j := strings.IndexByte(line, '#'); j >= 0 {
+			line = line[:j]
+		}
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
 			continue
 		}
-		if !e2bserver.ValidAPIKey(line) {
-			return nil, fmt.Errorf("--api-key-file %s line %d: not an E2B API key (e2b_ followed by lowercase hex)", path, i+1)
+		bad := func(format string, a ...any) error {
+			return fmt.Errorf("--api-key-file %s line %d: "+format, append([]any{path, i + 1}, a...)...)
 		}
-		keys = append(keys, line)
+		if !e2bserver.ValidAPIKey(fields[0]) {
+			return nil, bad("not an E2B API key (e2b_ followed by lowercase hex)")
+		}
+		k := e2bserver.Key{Key: fields[0]}
+		rest := fields[1:]
+		if len(rest) > 0 && !strings.Contains(rest[0], "=") {
+			if !e2bserver.ValidTeam(rest[0]) {
+				return nil, bad("team name %q: use letters, digits, '.', '_', '-'", rest[0])
+			}
+			k.Team, rest = rest[0], rest[1:]
+		}
+		if len(rest) > 0 {
+			q := &e2bserver.Quota{}
+			for _, kv := range rest {
+				name, val, _ := strings.Cut(kv, "=")
+				var err error
+				switch name {
+				case "sandboxes":
+					q.Sandboxes, err = strconv.Atoi(val)
+				case "creates-per-minute":
+					q.CreatesPerMinute, err = strconv.Atoi(val)
+				case "memory":
+					q.Memory, err = parseSize(val)
+				case "total-memory":
+					q.TotalMemory, err = parseSize(val)
+				case "cpu":
+					q.CPU, err = strconv.ParseFloat(val, 64)
+				case "total-cpu":
+					q.TotalCPU, err = strconv.ParseFloat(val, 64)
+				default:
+					return nil, bad("unknown field %q; quotas are sandboxes, memory, cpu, total-memory, total-cpu, creates-per-minute", kv)
+				}
+				if err != nil {
+					return nil, bad("%s: %v", kv, err)
+				}
+			}
+			if k.Team == "" {
+				return nil, bad("a quota needs a team name before it")
+			}
+			k.Quota = q
+		}
+		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("--api-key-file %s holds no key", path)

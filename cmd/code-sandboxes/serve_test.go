@@ -9,8 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 )
 
 // startServe runs `serve` in-process (the test binary is also the sandbox
@@ -24,6 +28,11 @@ func startServe(t *testing.T, ctx context.Context, rt string, args ...string) (u
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs(append([]string{"--listen", "127.0.0.1:0", "--runtime-dir", rt}, args...))
 	t.Setenv("E2B_API_KEY", "")
+	for i, a := range args {
+		if a == "--api-key" && i+1 < len(args) {
+			key = args[i+1] // not printed then
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- cmd.ExecuteContext(ctx); pw.Close() }()
 	sc := bufio.NewScanner(pr)
@@ -33,7 +42,9 @@ func startServe(t *testing.T, ctx context.Context, rt string, args ...string) (u
 		case "E2B_API_URL":
 			url = v
 		case "E2B_API_KEY":
-			key = v
+			if key == "" {
+				key = v
+			}
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
@@ -85,7 +96,7 @@ func TestServeKillsItsSandboxesOnShutdown(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatal("serve did not stop")
 		}
-		_, err := os.Stat(rt + "/" + id)
+		_, err := os.Stat(local.SandboxDir(rt, id))
 		if keep && err != nil {
 			t.Errorf("--keep-sandboxes: sandbox %s is gone: %v", id, err)
 		}
@@ -93,6 +104,16 @@ func TestServeKillsItsSandboxesOnShutdown(t *testing.T) {
 			t.Errorf("sandbox %s survived the server's shutdown", id)
 		}
 		if keep {
+			// A new server with the same key adopts the sandbox for its team.
+			ctx2, cancel2 := context.WithCancel(context.Background())
+			url2, _, done2 := startServe(t, ctx2, rt, "--api-key", key, "--keep-sandboxes")
+			req, _ := http.NewRequest("GET", url2+"/sandboxes/"+id, nil)
+			req.Header.Set("X-API-Key", key)
+			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+				t.Errorf("the restarted server does not see the kept sandbox: %v %v", resp, err)
+			}
+			cancel2()
+			<-done2
 			if _, _, code := cli(t, "", "delete", "--runtime-dir", rt, id, "-y"); code != 0 {
 				t.Errorf("cleaning up %s failed", id)
 			}
@@ -113,12 +134,21 @@ func TestServeRefusesBadKey(t *testing.T) {
 func TestReadKeyFile(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "keys")
-	if err := os.WriteFile(p, []byte("# team keys\ne2b_00ff\n\ne2b_abc123\n"), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte("# team keys\ne2b_00ff\n\ne2b_abc123 team-a # A's key\ne2b_ab team-a sandboxes=3 memory=512M total-cpu=2 creates-per-minute=10\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	keys, err := readKeyFile(p)
-	if err != nil || len(keys) != 2 || keys[1] != "e2b_abc123" {
+	if err != nil || len(keys) != 3 || keys[0].Team != "" || keys[1].Key != "e2b_abc123" || keys[1].Team != "team-a" || keys[1].Quota != nil {
 		t.Fatalf("keys = %v, %v", keys, err)
+	}
+	if q := keys[2].Quota; q == nil || *q != (e2bserver.Quota{Sandboxes: 3, Memory: 512 << 20, TotalCPU: 2, CreatesPerMinute: 10}) {
+		t.Errorf("quota = %+v", q)
+	}
+	for _, bad := range []string{"e2b_00 sandboxes=3\n", "e2b_00 t bogus=1\n", "e2b_00 t sandboxes=x\n", "e2b_00 bad/team\n"} {
+		_ = os.WriteFile(p, []byte(bad), 0o600)
+		if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: %v", bad, err)
+		}
 	}
 	_ = os.Chmod(p, 0o644)
 	if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "chmod 600") {
@@ -129,4 +159,56 @@ func TestReadKeyFile(t *testing.T) {
 	if _, err := readKeyFile(p); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Errorf("bad key: %v", err)
 	}
+}
+
+// TestServeReloadsKeyFileOnSIGHUP: a key added to the file works after
+// SIGHUP, a removed one stops working, and a broken file keeps the old keys.
+func TestServeReloadsKeyFileOnSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "keys")
+	const k1, k2 = "e2b_1111", "e2b_2222"
+	write := func(s string) {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(k1 + " team-a\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	url, _, done := startServe(t, ctx, t.TempDir(), "--api-key-file", p, "--api-key", "e2b_0000")
+	status := func(key string) int {
+		req, _ := http.NewRequest("GET", url+"/v2/sandboxes", nil)
+		req.Header.Set("X-API-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor := func(key string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for status(key) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("key %s: status %d, want %d", key, status(key), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if status(k1) != 200 || status(k2) != 401 {
+		t.Fatalf("before reload: %d %d", status(k1), status(k2))
+	}
+	write(k2 + " team-b\n")
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	waitFor(k2, 200)
+	waitFor(k1, 401)
+	write("not a key\n")
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond)
+	if status(k2) != 200 {
+		t.Error("a broken key file dropped the old keys")
+	}
+	cancel()
+	<-done
 }

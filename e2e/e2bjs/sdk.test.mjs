@@ -68,6 +68,25 @@ try {
     return { read, names, missingExists: exists }
   })
 
+  // Signed URLs, fetched with no header and no token: with E2B_SANDBOX_URL
+  // set they don't even name the sandbox; the signature does.
+  await step('signedUrls', async () => {
+    const up = await sbx.uploadUrl('/home/user/up.txt', { useSignatureExpiration: 60 })
+    const form = new FormData()
+    form.append('file', new Blob(['uploaded via url']), 'up.txt')
+    const upStatus = (await fetch(up, { method: 'POST', body: form })).status
+    const down = await sbx.downloadUrl('/home/user/up.txt')
+    const dr = await fetch(down)
+    const tampered = new URL(down)
+    tampered.searchParams.set('path', '/home/user/a.txt')
+    const unsigned = new URL(down)
+    unsigned.searchParams.delete('signature')
+    return {
+      upStatus, downStatus: dr.status, body: await dr.text(),
+      tamperedStatus: (await fetch(tampered)).status, unsignedStatus: (await fetch(unsigned)).status,
+    }
+  })
+
   await step('commands', async () => {
     const r = await sbx.commands.run('echo hi')
     let failed = null

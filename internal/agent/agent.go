@@ -18,9 +18,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
 )
 
@@ -270,14 +272,31 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// open paths need no token, as in envd: /health is how a host learns the
-// sandbox is up, and /files has its own signature scheme in E2B (we require
-// the token there anyway when one is set, which is stricter).
+// auth checks the envd access token on everything but /health (how a host
+// learns the sandbox is up), as envd does. Two requests may prove it
+// otherwise, as with E2B, so that a proxy in front never has to add the
+// token itself: a /files URL signed with it (the SDKs' uploadUrl and
+// downloadUrl), and the interpreter's /contexts calls carrying the traffic
+// access token derived from it (the code interpreter SDKs send that one
+// there, not X-Access-Token).
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.AccessToken != "" && r.URL.Path != "/health" {
+		if tok := s.cfg.AccessToken; tok != "" && r.URL.Path != "/health" {
 			got := r.Header.Get("X-Access-Token")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AccessToken)) != 1 {
+			ok := subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1
+			if !ok && got == "" {
+				switch {
+				case r.URL.Path == "/files" && r.URL.Query().Has("signature"):
+					if err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), tok, time.Now()); err != nil {
+						writeJSONError(w, http.StatusUnauthorized, err.Error())
+						return
+					}
+					ok = true
+				case r.URL.Path == "/contexts" || strings.HasPrefix(r.URL.Path, "/contexts/"):
+					ok = e2bauth.Equal(r.Header.Get(e2bauth.TrafficHeader), e2bauth.TrafficToken(tok))
+				}
+			}
+			if !ok {
 				writeJSONError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token (X-Access-Token)")
 				return
 			}

@@ -10,15 +10,18 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem/filesystemconnect"
 	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
@@ -472,6 +475,57 @@ func TestIdleTimeoutEndsAgent(t *testing.T) {
 			t.Fatal("the agent outlived its idle timeout")
 		case <-tick.C:
 			_ = a.c.Health(context.Background())
+		}
+	}
+}
+
+// TestTokenAlternatives: the agent itself accepts, as envd does, a /files
+// URL signed with its token and the traffic token on /contexts, and
+// nothing else without the token, so a proxy in front never adds it.
+func TestTokenAlternatives(t *testing.T) {
+	a := startAgent(t, "s3cret")
+	if err := os.WriteFile(filepath.Join(a.home, "f.txt"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(a.home, "f.txt")
+	do := func(method, target string, hdr map[string]string) int {
+		req, _ := http.NewRequestWithContext(ctx(t), method, "http://sandbox"+target, nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := a.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	signed := func(path, op, token string, exp int64) string {
+		q := url.Values{"path": {path}, "signature": {e2bauth.FileSignature(path, op, "", token, exp)}}
+		if exp != 0 {
+			q.Set("signature_expiration", strconv.FormatInt(exp, 10))
+		}
+		return "/files?" + q.Encode()
+	}
+	for _, c := range []struct {
+		name, method, target string
+		hdr                  map[string]string
+		want                 int
+	}{
+		{"signed read", "GET", signed(path, "read", "s3cret", 0), nil, 200},
+		{"signed read, not expired", "GET", signed(path, "read", "s3cret", time.Now().Unix()+60), nil, 200},
+		{"signed read, expired", "GET", signed(path, "read", "s3cret", time.Now().Unix()-1), nil, 401},
+		{"read signed with another token", "GET", signed(path, "read", "other", 0), nil, 401},
+		{"write signature used to read", "GET", signed(path, "write", "s3cret", 0), nil, 401},
+		{"unsigned read", "GET", "/files?path=" + url.QueryEscape(path), nil, 401},
+		{"traffic token on /contexts", "GET", "/contexts", map[string]string{e2bauth.TrafficHeader: e2bauth.TrafficToken("s3cret")}, 200},
+		{"another sandbox's traffic token", "GET", "/contexts", map[string]string{e2bauth.TrafficHeader: e2bauth.TrafficToken("other")}, 401},
+		{"traffic token on /execute", "POST", "/execute", map[string]string{e2bauth.TrafficHeader: e2bauth.TrafficToken("s3cret")}, 401},
+		{"traffic token on envd", "POST", "/process.Process/List", map[string]string{e2bauth.TrafficHeader: e2bauth.TrafficToken("s3cret")}, 401},
+		{"signature on /contexts", "GET", "/contexts?signature=" + url.QueryEscape(e2bauth.FileSignature("", "read", "", "s3cret", 0)), nil, 401},
+	} {
+		if got := do(c.method, c.target, c.hdr); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
 }

@@ -84,6 +84,9 @@ func UnixHTTPClient(path string) *http.Client {
 // HTTPClient is the client used for every request (for Connect RPC clients).
 func (c *Client) HTTPClient() *http.Client { return c.hc }
 
+// AccessToken is the envd access token the client sends ("" = none).
+func (c *Client) AccessToken() string { return c.o.AccessToken }
+
 // EnvdURL is the envd base URL.
 func (c *Client) EnvdURL() string { return c.o.EnvdURL }
 

@@ -184,3 +184,29 @@ func Names() []string {
 	sort.Strings(out)
 	return slices.Clip(out)
 }
+
+// InstanceOf returns the Instance behind a *sandboxes.Sandbox (nil for
+// anything else). The public package sets it at init, so that the servers
+// under internal/ (serve's proxy) reach a sandbox's agent through the
+// variant interface, whatever the variant, without the public API exposing
+// the agent client.
+var InstanceOf func(sandbox any) Instance
+
+// Usage is one sample of a sandbox's resource use, read from its cgroup.
+type Usage struct {
+	Time     time.Time
+	CPUTime  time.Duration // CPU time used since the sandbox started
+	CPUs     float64       // its CPU limit in cores; 0 = none
+	MemUsed  int64         // bytes in use, page cache excluded
+	MemCache int64         // page cache bytes
+	MemLimit int64         // its memory limit; 0 = none
+	// DiskUsed is what its tmpfs file systems hold (charged to the cgroup
+	// as shared memory).
+	DiskUsed int64
+}
+
+// UsageReader is implemented by instances that can report their usage;
+// others answer ErrNotSupported where usage is asked for.
+type UsageReader interface {
+	Usage(ctx context.Context) (Usage, error)
+}

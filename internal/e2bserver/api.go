@@ -18,6 +18,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
@@ -45,7 +46,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
-	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.notSupported("sandbox metrics"))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.sandboxMetrics)
+	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.notSupported("changing a running sandbox's network (choose allowInternetAccess at create)"))
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
@@ -57,15 +59,51 @@ func (s *Server) routes() http.Handler {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
-			s.log.Info("api", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start).Round(time.Millisecond))
+			_, route := mux.Handler(r)
+			s.metrics.api.WithLabelValues(route, strconv.Itoa(rec.status)).Observe(time.Since(start).Seconds())
+			s.log.Debug("api", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration", time.Since(start).Round(time.Millisecond))
 		}()
-		if !(r.Method == http.MethodGet && r.URL.Path == "/health") && !s.checkKey(r) {
+		if r.Method == http.MethodGet && r.URL.Path == "/health" {
+			mux.ServeHTTP(rec, r)
+			return
+		}
+		if r.Method == http.MethodGet && r.URL.Path == "/metrics" {
+			s.serveMetrics(rec, r)
+			return
+		}
+		k, ok := s.checkKey(r)
+		if !ok {
+			s.metrics.refused.WithLabelValues("key").Inc()
 			writeError(rec, http.StatusUnauthorized, "invalid or missing API key: send X-API-Key with a key this server accepts")
 			return
 		}
 		r.Body = http.MaxBytesReader(rec, r.Body, maxAPIBody)
-		mux.ServeHTTP(rec, r)
+		mux.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), callerKey{}, k)))
 	})
+}
+
+type callerKey struct{}
+
+// caller is the key (and so the team) a control-plane request acts for.
+func caller(r *http.Request) Key {
+	k, _ := r.Context().Value(callerKey{}).(Key)
+	return k
+}
+
+// serveMetrics is Prometheus's /metrics, for holders of the metrics token
+// only: series carry team names, which tenants must not learn of each other.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.metricsToken == "" {
+		writeError(w, http.StatusNotFound, "/metrics is off; start serve with --metrics-token")
+		return
+	}
+	got, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !e2bauth.Equal(got, s.metricsToken) {
+		s.metrics.refused.WithLabelValues("key").Inc()
+		writeError(w, http.StatusUnauthorized, "/metrics needs Authorization: Bearer <the metrics token>")
+		return
+	}
+	s.metrics.handler().ServeHTTP(w, r)
 }
 
 type statusRecorder struct {
@@ -78,9 +116,16 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
+// Flush lets /metrics and long answers stream through the recorder.
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 func (s *Server) notSupported(what string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := s.find(w, r); !ok {
+		if _, _, ok := s.find(w, r); !ok {
 			return
 		}
 		writeError(w, http.StatusNotImplemented, "%s is not supported by code-sandboxes serve", what)
@@ -174,6 +219,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	k := caller(r)
 	var req newSandbox
 	if !decode(w, r, &req, false) {
 		return
@@ -189,6 +235,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	private := false
 	switch {
 	case req.AutoPause != nil && *req.AutoPause:
 		writeError(w, http.StatusBadRequest, "autoPause (lifecycle onTimeout 'pause') is not supported: sandboxes here are killed when their timeout ends")
@@ -196,10 +243,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	case req.Network != nil && (len(req.Network.AllowOut) > 0 || len(req.Network.DenyOut) > 0):
 		writeError(w, http.StatusBadRequest, "network allowOut/denyOut rules are not supported; use allowInternetAccess true or false")
 		return
-	case req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic:
-		// E2B then gates sandbox traffic with a traffic access token, which
-		// this server does not issue; accepting would be a silent no-op.
-		writeError(w, http.StatusBadRequest, "network allowPublicTraffic false is not supported (no traffic access tokens); the data plane is gated by the envd access token")
+	case req.Secure != nil && !*req.Secure:
+		// E2B would leave envd open to anyone who knows the id; here every
+		// sandbox's envd needs its token, and the proxy never adds it.
+		writeError(w, http.StatusBadRequest, "secure: false is not supported: every sandbox here needs its envdAccessToken (drop the secure option)")
 		return
 	case len(req.VolumeMounts) > 0:
 		writeError(w, http.StatusBadRequest, "volume mounts are not supported")
@@ -208,7 +255,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "MCP gateways are not supported")
 		return
 	}
-	secure := req.Secure == nil || *req.Secure // the SDKs' default, and absent from e2b ≥ 2.4x's body
+	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+		private = true
+	}
 	network := s.defaultNetwork
 	if req.AllowInternetAccess != nil {
 		// The user asked explicitly: honour it either way.
@@ -218,49 +267,127 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	tags := map[string]string{}
-	for k, v := range req.Metadata {
-		if strings.HasPrefix(k, tagPrefix) {
-			writeError(w, http.StatusBadRequest, "metadata key %q: the prefix %q is reserved by the server", k, tagPrefix)
+	for key, v := range req.Metadata {
+		if strings.HasPrefix(key, tagPrefix) {
+			writeError(w, http.StatusBadRequest, "metadata key %q: the prefix %q is reserved by the server", key, tagPrefix)
 			return
 		}
-		tags[k] = v
+		tags[key] = v
+	}
+	for key, v := range s.cfg.Tags {
+		tags[key] = v // the operator's tags on every sandbox
 	}
 	tags[tagTemplate] = req.TemplateID
-	if !secure {
-		tags[tagInsecure] = "true"
+	tags[tagTeam] = k.Team
+	if private {
+		tags[tagPrivate] = "true"
 	}
+	q, release, err := s.reserve(k.Team)
+	if err != nil {
+		s.metrics.creates.WithLabelValues(k.Team, "quota").Inc()
+		s.metrics.refused.WithLabelValues("quota").Inc()
+		s.log.Warn("create refused", "team", k.Team, "key", keyID(k.Key), "reason", err.Error())
+		writeError(w, http.StatusTooManyRequests, "%v", err)
+		return
+	}
+	defer release()
 	cfg := s.cfg
 	cfg.Tags = tags
 	cfg.Env = req.EnvVars
 	cfg.MaxLifetime = lifetime
 	cfg.NetworkPolicy = network
+	cfg.Memory, cfg.CPU = q.Memory, q.CPU
 	// The request must not be what ends the sandbox's creation half-way when
 	// the client gives up; a bounded background context does.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
 	defer cancel()
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {
+		s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
 		status := http.StatusInternalServerError
 		if errors.Is(err, sandboxes.ErrInvalidConfig) || errors.Is(err, sandboxes.ErrNotSupported) || errors.Is(err, sandboxes.ErrInvalidInput) {
 			status = http.StatusBadRequest
 		}
+		s.log.Error("create failed", "team", k.Team, "key", keyID(k.Key), "error", err)
 		writeError(w, status, "creating the sandbox: %v", err)
 		return
 	}
-	id := sb.ID()
-	// The handle only holds connections; the sandbox lives on by its lifetime.
-	_ = sb.Detach()
-	s.track(id, true)
-	resp := sandboxJSON{TemplateID: req.TemplateID, SandboxID: id, ClientID: clientID, EnvdVersion: EnvdVersion, Alias: req.TemplateID}
-	if secure {
-		tok, err := s.token(id)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "reading the new sandbox's access token: %v", err)
-			return
-		}
-		resp.EnvdAccessToken = tok
+	e, err := s.newEntry(sb, k.Team, req.TemplateID, private, q.Memory, q.CPU)
+	if err != nil {
+		// Nothing half-created stays behind.
+		_ = sb.Close()
+		s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
+		writeError(w, http.StatusInternalServerError, "creating the sandbox: %v", err)
+		return
 	}
-	writeJSON(w, http.StatusCreated, resp)
+	s.commit(e)
+	s.metrics.creates.WithLabelValues(k.Team, "ok").Inc()
+	s.log.Info("created", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key), "template", req.TemplateID,
+		"network", network, "memory_bytes", q.Memory, "cpus", q.CPU, "private", private)
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(e))
+}
+
+// sandboxJSON is the create and connect answer: both tokens, always. The
+// traffic token goes out even for public sandboxes because the code
+// interpreter SDKs authenticate /contexts with it.
+func (s *Server) sandboxJSON(e *entry) sandboxJSON {
+	traffic := e.traffic
+	return sandboxJSON{TemplateID: e.template, SandboxID: e.id, ClientID: clientID, EnvdVersion: EnvdVersion,
+		Alias: e.template, EnvdAccessToken: e.token, TrafficAccessToken: &traffic}
+}
+
+// errQuota is a create over the team's quota.
+var errQuota = errors.New("quota exceeded")
+
+// reserve counts a create against the team's quota before it starts, so
+// that concurrent creates can't overshoot it; release undoes the
+// reservation (after commit it only drops the pending count).
+func (s *Server) reserve(team string) (Quota, func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.teams[team]
+	if ts == nil {
+		// A team whose keys were removed by a reload.
+		return Quota{}, nil, fmt.Errorf("%w: team %s has no key any more", errQuota, team)
+	}
+	q := ts.quota
+	n, mem, cpu := ts.pending, ts.pendingMem, ts.pendingCPU
+	for _, e := range s.sandboxes {
+		if e.team == team {
+			n++
+			mem += e.memory
+			cpu += e.cpus
+		}
+	}
+	switch {
+	case q.Sandboxes > 0 && n+1 > q.Sandboxes:
+		return q, nil, fmt.Errorf("%w: team %s may run %d sandboxes at once; kill one first", errQuota, team, q.Sandboxes)
+	case q.TotalMemory > 0 && mem+q.Memory > q.TotalMemory:
+		return q, nil, fmt.Errorf("%w: team %s may use %d MiB of memory in all; %d MiB are in use", errQuota, team, q.TotalMemory>>20, mem>>20)
+	case q.TotalCPU > 0 && cpu+q.CPU > q.TotalCPU+1e-9:
+		return q, nil, fmt.Errorf("%w: team %s may use %g CPUs in all; %g are in use", errQuota, team, q.TotalCPU, cpu)
+	case ts.limiter != nil && !ts.limiter.Allow():
+		return q, nil, fmt.Errorf("%w: team %s may create %d sandboxes per minute; try again later", errQuota, team, q.CreatesPerMinute)
+	}
+	ts.pending++
+	ts.pendingMem += q.Memory
+	ts.pendingCPU += q.CPU
+	return q, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		ts.pending--
+		ts.pendingMem -= q.Memory
+		ts.pendingCPU -= q.CPU
+	}, nil
+}
+
+// commit records a created sandbox; the caller then releases its
+// reservation, under which it was counted until now.
+func (s *Server) commit(e *entry) {
+	s.mu.Lock()
+	s.sandboxes[e.id] = e
+	s.mu.Unlock()
+	s.metrics.running.WithLabelValues(e.team).Inc()
 }
 
 // timeout converts E2B's seconds, bounded by MaxTimeout.
@@ -276,51 +403,52 @@ func (s *Server) timeout(w http.ResponseWriter, secs int64) (time.Duration, bool
 	return time.Duration(secs) * time.Second, true
 }
 
-// ours lists the live sandboxes created through the E2B API.
-// It also forgets tracked sandboxes that ended by themselves (their
-// timeout), so the set Shutdown kills does not grow without bound.
-func (s *Server) ours(ctx context.Context) ([]sandboxes.Info, error) {
-	// Only ids tracked before the listing may be pruned: one created while
-	// it runs is missing from it without being gone.
-	tracked := s.Created()
-	infos, err := sandboxes.List(ctx, s.cfg, sandboxes.ListOptions{})
+// ours lists the team's live sandboxes. It also forgets held sandboxes that
+// ended by themselves (their timeout).
+func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error) {
+	// Only ids held before the listing may be pruned: one created while it
+	// runs is missing from it without being gone.
+	held := s.Created()
+	infos, err := sandboxes.List(ctx, s.cfg, sandboxes.ListOptions{Tags: map[string]string{}})
 	if err != nil {
 		return nil, err
 	}
-	out := infos[:0]
+	var out []sandboxes.Info
 	live := map[string]bool{}
 	for _, i := range infos {
 		if _, ok := i.Tags[tagTemplate]; ok && i.Status == "running" {
-			out = append(out, i)
 			live[i.ID] = true
+			if s.lookup(i.ID, team) != nil {
+				out = append(out, i)
+			}
 		}
 	}
-	for _, id := range tracked {
+	for _, id := range held {
 		if !live[id] {
-			s.track(id, false)
+			s.forget(id)
 		}
 	}
 	return out, nil
 }
 
-// find resolves the {id} of the path to one of our sandboxes, answering 404
-// itself when there is none.
-func (s *Server) find(w http.ResponseWriter, r *http.Request) (sandboxes.Info, bool) {
+// find resolves the {id} of the path to a sandbox of the caller's team,
+// answering 404 itself when there is none: another team's sandbox answers
+// exactly as one that does not exist.
+func (s *Server) find(w http.ResponseWriter, r *http.Request) (*entry, sandboxes.Info, bool) {
 	id := r.PathValue("id")
-	if sandboxIDPattern.MatchString(id) {
-		infos, err := s.ours(r.Context())
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
-			return sandboxes.Info{}, false
+	if e := s.lookup(id, caller(r).Team); e != nil {
+		i, err := e.inst.Info(r.Context())
+		if err == nil && i.Status == "running" {
+			return e, i, true
 		}
-		for _, i := range infos {
-			if i.ID == id {
-				return i, true
-			}
+		if err != nil && !errors.Is(err, sandboxes.ErrNotFound) && !errors.Is(err, sandboxes.ErrUnavailable) {
+			writeError(w, http.StatusInternalServerError, "reading sandbox %s: %v", id, err)
+			return nil, sandboxes.Info{}, false
 		}
+		s.forget(id)
 	}
 	writeError(w, http.StatusNotFound, "sandbox %q not found", id)
-	return sandboxes.Info{}, false
+	return nil, sandboxes.Info{}, false
 }
 
 func metadataOf(i sandboxes.Info) map[string]string {
@@ -366,51 +494,37 @@ func listed(i sandboxes.Info) listedSandbox {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	i, ok := s.find(w, r)
+	e, i, ok := s.find(w, r)
 	if !ok {
 		return
 	}
-	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll}
+	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll, EnvdAccessToken: e.token}
 	d.Lifecycle.OnTimeout = "kill"
-	if i.Tags[tagInsecure] != "true" {
-		if tok, err := s.token(i.ID); err == nil {
-			d.EnvdAccessToken = tok
-		}
-	}
 	writeJSON(w, http.StatusOK, d)
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
-	i, ok := s.find(w, r)
+	e, _, ok := s.find(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
-	if _, err := sandboxes.Kill(ctx, s.cfg, i.ID, sandboxes.ListOptions{}); err != nil {
-		if errors.Is(err, sandboxes.ErrNotFound) {
-			writeError(w, http.StatusNotFound, "sandbox %q not found", i.ID)
-			return
-		}
-		writeError(w, http.StatusInternalServerError, "killing sandbox %s: %v", i.ID, err)
+	k := caller(r)
+	if err := e.inst.Kill(ctx); err != nil && !errors.Is(err, sandboxes.ErrNotFound) {
+		s.log.Error("kill failed", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key), "error", err)
+		writeError(w, http.StatusInternalServerError, "killing sandbox %s: %v", e.id, err)
 		return
 	}
-	s.track(i.ID, false)
+	s.forget(e.id)
+	s.metrics.kills.WithLabelValues(k.Team).Inc()
+	s.log.Info("killed", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// extend restarts the sandbox's lifetime countdown: it ends d from now.
-func (s *Server) extend(ctx context.Context, id string, d time.Duration) error {
-	sb, err := sandboxes.Get(ctx, s.cfg, id)
-	if err != nil {
-		return err
-	}
-	defer sb.Detach()
-	return sb.SetTimeout(ctx, d)
 }
 
 func (s *Server) writeExtendError(w http.ResponseWriter, id string, err error) {
 	if errors.Is(err, sandboxes.ErrNotFound) || errors.Is(err, sandboxes.ErrUnavailable) {
+		s.forget(id)
 		writeError(w, http.StatusNotFound, "sandbox %q not found", id)
 		return
 	}
@@ -418,7 +532,7 @@ func (s *Server) writeExtendError(w http.ResponseWriter, id string, err error) {
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	i, ok := s.find(w, r)
+	e, _, ok := s.find(w, r)
 	if !ok {
 		return
 	}
@@ -436,8 +550,8 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.extend(r.Context(), i.ID, d); err != nil {
-		s.writeExtendError(w, i.ID, err)
+	if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+		s.writeExtendError(w, e.id, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -445,7 +559,7 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 
 // refresh is the deprecated POST /sandboxes/{id}/refreshes {"duration": s}.
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
-	i, ok := s.find(w, r)
+	e, _, ok := s.find(w, r)
 	if !ok {
 		return
 	}
@@ -463,8 +577,8 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := s.extend(r.Context(), i.ID, d); err != nil {
-		s.writeExtendError(w, i.ID, err)
+	if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+		s.writeExtendError(w, e.id, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -473,7 +587,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // connect answers the Sandbox of a running sandbox (200); like E2B, a timeout
 // only ever extends the sandbox's life, never shortens it.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	i, ok := s.find(w, r)
+	e, i, ok := s.find(w, r)
 	if !ok {
 		return
 	}
@@ -489,32 +603,24 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if time.Now().Add(d).After(i.EndAt) {
-			if err := s.extend(r.Context(), i.ID, d); err != nil {
-				s.writeExtendError(w, i.ID, err)
+			if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+				s.writeExtendError(w, e.id, err)
 				return
 			}
 		}
 	}
-	t := i.Tags[tagTemplate]
-	resp := sandboxJSON{TemplateID: t, SandboxID: i.ID, ClientID: clientID, EnvdVersion: EnvdVersion, Alias: t}
-	if i.Tags[tagInsecure] != "true" {
-		tok, err := s.token(i.ID)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "reading the sandbox's access token: %v", err)
-			return
-		}
-		resp.EnvdAccessToken = tok
-	}
-	writeJSON(w, http.StatusOK, resp)
+	k := caller(r)
+	s.log.Info("connected", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
+	writeJSON(w, http.StatusOK, s.sandboxJSON(e))
 }
 
 // resume (deprecated) resumes paused sandboxes; ours never are.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	i, ok := s.find(w, r)
+	e, _, ok := s.find(w, r)
 	if !ok {
 		return
 	}
-	writeError(w, http.StatusConflict, "sandbox %q is already running (sandboxes here are never paused)", i.ID)
+	writeError(w, http.StatusConflict, "sandbox %q is already running (sandboxes here are never paused)", e.id)
 }
 
 // listV1 is the deprecated GET /sandboxes: every running sandbox, filtered by
@@ -526,7 +632,7 @@ func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	infos, err := s.ours(r.Context())
+	infos, err := s.ours(r.Context(), caller(r).Team)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
 		return
@@ -662,7 +768,7 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 
 	out := []listedSandbox{}
 	if wantRunning {
-		infos, err := s.ours(r.Context())
+		infos, err := s.ours(r.Context(), caller(r).Team)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
 			return
@@ -711,3 +817,5 @@ func decodeCursor(tok string) (listedSandbox, error) {
 	}
 	return listedSandbox{StartedAt: time.Unix(0, n).UTC(), SandboxID: id}, nil
 }
+
+func parseUnix(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }

@@ -109,7 +109,7 @@ func TestControlPlaneErrors(t *testing.T) {
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","envVars":{"A=B":"x"}}`, 400, "A=B")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","autoPause":true}`, 400, "autoPause")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, 400, "allowOut")
-	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","network":{"allowPublicTraffic":false}}`, 400, "allowPublicTraffic")
+	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","secure":false}`, 400, "secure: false")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volume")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","metadata":{"k":"`+strings.Repeat("x", maxAPIBody)+`"}}`, 413, "larger")
 
@@ -219,11 +219,12 @@ func TestSandboxLifecycleHTTP(t *testing.T) {
 	}
 	a := create(`{"templateID":"base","timeout":120,"metadata":{"team":"x y&z","n":"1"}}`)
 	time.Sleep(10 * time.Millisecond) // distinct start times make the order certain
-	b := create(`{"templateID":"code-interpreter-v1","timeout":120,"metadata":{"team":"x y&z","n":"2"},"secure":false,"allow_internet_access":true}`)
+	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","secure":false}`, 400, "secure: false is not supported")
+	b := create(`{"templateID":"code-interpreter-v1","timeout":120,"metadata":{"team":"x y&z","n":"2"},"allow_internet_access":true}`)
 	time.Sleep(10 * time.Millisecond)
 	c := create(`{"templateID":"base","timeout":120,"metadata":{"team":"other"}}`)
 
-	if a.EnvdAccessToken == "" || b.EnvdAccessToken != "" || a.ClientID != clientID || a.EnvdVersion != EnvdVersion || a.TemplateID != "base" {
+	if a.EnvdAccessToken == "" || b.EnvdAccessToken == "" || a.TrafficAccessToken == nil || *a.TrafficAccessToken == "" || a.ClientID != clientID || a.EnvdVersion != EnvdVersion || a.TemplateID != "base" {
 		t.Errorf("create answers: %+v / %+v", a, b)
 	}
 	if got := s.Created(); len(got) != 3 {
@@ -260,7 +261,7 @@ func TestSandboxLifecycleHTTP(t *testing.T) {
 	// Detail.
 	var d sandboxDetail
 	call(t, "GET", base+"/sandboxes/"+b.SandboxID, testKey, "", nil, &d)
-	if !d.AllowInternetAccess || d.EnvdAccessToken != "" || d.State != "running" || d.DiskSizeMB == 0 || d.MemoryMB == 0 || d.EndAt.Sub(d.StartedAt) < 119*time.Second {
+	if !d.AllowInternetAccess || d.EnvdAccessToken != b.EnvdAccessToken || d.State != "running" || d.DiskSizeMB == 0 || d.MemoryMB == 0 || d.EndAt.Sub(d.StartedAt) < 119*time.Second {
 		t.Errorf("detail of b: %+v", d)
 	}
 	call(t, "GET", base+"/sandboxes/"+a.SandboxID, testKey, "", nil, &d)
@@ -286,8 +287,9 @@ func TestSandboxLifecycleHTTP(t *testing.T) {
 		t.Errorf("after timeout 30 the sandbox ends in %s", left)
 	}
 
-	// Data plane tokens: secure sandboxes need theirs on envd; secure=false
-	// ones and the interpreter's /contexts get the server's.
+	// Data plane tokens: every sandbox needs its own on envd; the
+	// interpreter's /contexts takes the traffic token instead (the code
+	// interpreter SDKs send that one there).
 	envd := func(sb sandboxJSON, tok string) int {
 		h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "Connect-Protocol-Version": "1"}
 		if tok != "" {
@@ -301,11 +303,11 @@ func TestSandboxLifecycleHTTP(t *testing.T) {
 	if st := envd(a, a.EnvdAccessToken); st != 200 {
 		t.Errorf("secure sandbox with token: %d", st)
 	}
-	if st := envd(b, ""); st != 200 {
-		t.Errorf("insecure sandbox without token: %d", st)
+	if st := envd(b, ""); st != 401 {
+		t.Errorf("sandbox b without token: %d, want 401", st)
 	}
-	if st := call(t, "GET", base+"/contexts", "", "", map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999"}, nil).StatusCode; st != 200 {
-		t.Errorf("GET /contexts without token: %d", st)
+	if st := call(t, "GET", base+"/contexts", "", "", map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999", "E2B-Traffic-Access-Token": *a.TrafficAccessToken}, nil).StatusCode; st != 200 {
+		t.Errorf("GET /contexts with the traffic token: %d", st)
 	}
 	if st := call(t, "POST", base+"/execute", "", `{"code":"1"}`, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999"}, nil).StatusCode; st != 401 {
 		t.Errorf("POST /execute without token on a secure sandbox: %d, want 401", st)

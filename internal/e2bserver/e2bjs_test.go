@@ -2,8 +2,10 @@ package e2bserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
 // e2bjsDir holds the pinned official SDKs and the script that drives them.
@@ -59,9 +65,44 @@ func TestOfficialJSSDK(t *testing.T) {
 		t.Skip("starts sandboxes and node")
 	}
 	needSandboxes(t)
+	testOfficialJSSDK(t, Options{})
+}
+
+// TestOfficialJSSDKDocker: the same SDK run against serve --variant docker.
+func TestOfficialJSSDKDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers and node")
+	}
+	needDocker(t)
+	dir := os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")
+	// The first sandbox builds the python environment (minutes); do it
+	// before the server's bounded create.
+	st, err := environment.Open(cmp.Or(dir, environment.DefaultDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	_, err = st.Ensure(ctx, "python", environment.BuildOptions{Progress: os.Stderr})
+	sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment (network to the Debian mirror): %v", err))
+	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "docker", EnvironmentDir: dir}})
+}
+
+// TestOfficialJSSDKKubernetes: the same SDK run against serve --variant
+// kubernetes, on the cluster make test brings up (scripts/with-k8s.sh sets
+// KUBECONFIG).
+func TestOfficialJSSDKKubernetes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts pods and node")
+	}
+	sandboxestest.Require(t, os.Getenv("KUBECONFIG") != "", "a Kubernetes cluster: run under scripts/with-k8s.sh (make test does)")
+	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "kubernetes"}})
+}
+
+func testOfficialJSSDK(t *testing.T, o Options) {
 	node, npm := needNode(t)
 	npmCI(t, npm)
-	s, url := testServer(t, Options{})
+	s, url := testServer(t, o)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -155,6 +196,15 @@ func TestOfficialJSSDK(t *testing.T) {
 	step("files", &files)
 	if files.Read != "hello file" || !slices.Contains(files.Names, "a.txt") || files.MissingExists {
 		t.Errorf("files: %+v", files)
+	}
+
+	var signed struct {
+		UpStatus, DownStatus, TamperedStatus, UnsignedStatus int
+		Body                                                 string
+	}
+	step("signedUrls", &signed)
+	if signed.UpStatus != 200 || signed.DownStatus != 200 || signed.Body != "uploaded via url" || signed.TamperedStatus != 401 || signed.UnsignedStatus != 401 {
+		t.Errorf("signed URLs: %+v", signed)
 	}
 
 	var cmds struct {

@@ -2,12 +2,19 @@ package e2bserver
 
 import (
 	"context"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
 const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
@@ -22,10 +29,13 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.APIKeys) == 0 {
+	if len(o.APIKeys) == 0 && len(o.Keys) == 0 {
 		o.APIKeys = []string{testKey}
 	}
 	o.Config.Local.RuntimeDir = rt
+	if o.Config.Variant != "" && o.Config.Variant != "local" {
+		o.Config.Tags = map[string]string{"e2bserver-test": rt}
+	}
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -39,15 +49,14 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 			t.Errorf("server shutdown: %v", err)
 		}
 		// Everything the server created must be gone with it.
-		if ents, _ := os.ReadDir(rt); len(ents) != 0 {
+		cfg := o.Config
+		if left, _ := sandboxes.List(context.Background(), cfg, sandboxes.ListOptions{Tags: o.Config.Tags}); len(left) != 0 {
 			var names []string
-			for _, e := range ents {
-				names = append(names, e.Name())
+			for _, i := range left {
+				names = append(names, i.ID)
+				_, _ = sandboxes.Kill(context.Background(), cfg, i.ID, sandboxes.ListOptions{})
 			}
 			t.Errorf("sandboxes left behind: %s", strings.Join(names, ", "))
-			for _, n := range names {
-				_, _ = sandboxes.Kill(context.Background(), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, n, sandboxes.ListOptions{})
-			}
 		}
 		os.RemoveAll(rt)
 	})
@@ -63,5 +72,41 @@ func needSandboxes(t *testing.T) {
 			t.Fatalf("local sandboxes are not supported here: %v", err)
 		}
 		t.Skipf("local sandboxes are not supported here: %v", err)
+	}
+}
+
+// needDocker skips (or, in CI, fails) without a Docker engine or without
+// a static test binary (the docker variant bind-mounts it as the agent).
+func needDocker(t *testing.T) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
+	f.Close()
+	sandboxestest.Require(t, static, "a static test binary: run the docker tests with CGO_ENABLED=0 (make test does)")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = sandboxes.List(ctx, sandboxes.Config{Variant: "docker"}, sandboxes.ListOptions{})
+	sandboxestest.Require(t, err == nil, fmt.Sprintf("a Docker engine (scripts/with-dockerd.sh): %v", err))
+}
+
+func needSandboxesB(b *testing.B) {
+	b.Helper()
+	if err := isolate.CheckSupport(); err != nil {
+		b.Skipf("local sandboxes are not supported here: %v", err)
+	}
+}
+
+func decodeBody(tb testing.TB, resp *http.Response, v any) {
+	tb.Helper()
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		tb.Fatal(err)
 	}
 }

@@ -2,19 +2,16 @@ package e2bserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
 )
 
 // maxProxyBody bounds data-plane request bodies other than /files uploads
@@ -22,44 +19,69 @@ import (
 // bounds /execute itself at 8 MiB; stdin chunks and RPCs are far smaller.
 const maxProxyBody = 32 << 20
 
-// dialHost is the fake host name the proxy gives each upstream: the transport
-// pools connections per host, so one name per sandbox and port keeps a
-// sandbox's connections apart from every other's.
-const dialHost = ".sandbox"
+// tunnelHost is the fake host name of a tunnel upstream: the entry's
+// transport pools connections per host, so one name per port.
+const tunnelHost = ".tunnel"
 
-// dataPlane reverse-proxies to the sandboxes' agents.
+// Headers that address or authenticate to this server, never to anything in
+// a sandbox: they are removed before a request is forwarded.
+var routingHeaders = []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", "X-API-Key", viaHeader}
+
+// dataPlane reverse-proxies to the sandboxes' agents, through each
+// sandbox's own variant-provided client.
 type dataPlane struct {
 	s  *Server
-	tr *http.Transport
 	rp *httputil.ReverseProxy
 }
 
 type targetKey struct{}
 
 type target struct {
-	id   string
+	e    *entry
 	port int
 }
 
+func (t target) agent() bool { return t.port == EnvdPort || t.port == InterpreterPort }
+
 func newDataPlane(s *Server) *dataPlane {
 	p := &dataPlane{s: s}
-	p.tr = &http.Transport{
-		DialContext:         p.dial,
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		// The SDKs bound their own requests; a long-running execution or a
-		// process stream must not be cut by the proxy waiting for headers
-		// (a command's Start answers headers only once it started).
-		ResponseHeaderTimeout: 0,
-	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(target)
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = t.id + "-" + strconv.Itoa(t.port) + dialHost
+			if t.agent() {
+				// The variant's client knows how to reach the agent (unix
+				// socket, container, port-forward); its URL names it.
+				pr.Out.URL.Scheme, pr.Out.URL.Host = t.e.agentScheme, t.e.agentHost
+			} else {
+				pr.Out.URL.Scheme = "http"
+				pr.Out.URL.Host = "p" + strconv.Itoa(t.port) + tunnelHost
+				pr.Out.Header.Del(e2bauth.TrafficHeader)
+			}
 			pr.Out.Host = ""
+			for _, h := range routingHeaders {
+				pr.Out.Header.Del(h)
+			}
+			pr.Out.Header.Set(viaHeader, s.via)
 		},
-		Transport: p.tr,
+		Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+			t := r.Context().Value(targetKey{}).(target)
+			start := time.Now()
+			var resp *http.Response
+			var err error
+			kind := "envd"
+			if t.agent() {
+				resp, err = t.e.inst.Client().HTTPClient().Transport.RoundTrip(r)
+			} else {
+				kind = "tunnel"
+				resp, err = t.e.tunnel.RoundTrip(r)
+			}
+			status := "error"
+			if err == nil {
+				status = strconv.Itoa(resp.StatusCode)
+			}
+			s.metrics.dataPath.WithLabelValues(kind, status).Observe(time.Since(start).Seconds())
+			return resp, err
+		}),
 		// NDJSON executions and Connect streams must reach the SDK live.
 		FlushInterval: -1,
 		ErrorHandler:  p.proxyError,
@@ -67,7 +89,31 @@ func newDataPlane(s *Server) *dataPlane {
 	return p
 }
 
-func (p *dataPlane) closeIdle() { p.tr.CloseIdleConnections() }
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// tunnelTransport pools the connections to the ports of one sandbox; each
+// is dialed through the variant's client (the agent's /x/forward), which
+// works with network none too.
+func (p *dataPlane) tunnelTransport(e *entry) *http.Transport {
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(addr)
+			ps, ok := strings.CutSuffix(host, tunnelHost)
+			port, err := strconv.Atoi(strings.TrimPrefix(ps, "p"))
+			if !ok || err != nil {
+				return nil, fmt.Errorf("unexpected upstream %q", addr)
+			}
+			return e.inst.Client().DialPort(ctx, port)
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		// The SDKs bound their own requests; a long-running request to a
+		// user's server must not be cut by the proxy waiting for headers.
+		ResponseHeaderTimeout: 0,
+	}
+}
 
 // sandboxGone is what E2B's edge proxy answers for an unknown or ended
 // sandbox; the SDKs turn a 502 into "the sandbox was killed or timed out".
@@ -75,39 +121,86 @@ func sandboxGone(w http.ResponseWriter, id string) {
 	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": http.StatusBadGateway})
 }
 
+// authorize applies E2B's rules for who may reach a port of a sandbox:
+// envd and the interpreter need the envd access token (or what the agent
+// accepts instead: a signed /files URL, the traffic token on /contexts);
+// other ports are public unless the sandbox is private or the server
+// requires traffic tokens, then they need the traffic token. It answers
+// the refusal itself. The proxy only checks what the agent checks again; it
+// never adds a credential.
+func (p *dataPlane) authorize(w http.ResponseWriter, r *http.Request, e *entry, port int) bool {
+	if port == EnvdPort || port == InterpreterPort {
+		if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			return true
+		}
+		tok := r.Header.Get("X-Access-Token")
+		switch {
+		case e2bauth.Equal(tok, e.token):
+			return true
+		case tok == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature"):
+			if err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), e.token, time.Now()); err == nil {
+				return true
+			}
+		case tok == "" && (r.URL.Path == "/contexts" || strings.HasPrefix(r.URL.Path, "/contexts/")):
+			if e2bauth.Equal(r.Header.Get(e2bauth.TrafficHeader), e.traffic) {
+				return true
+			}
+		}
+		p.s.metrics.refused.WithLabelValues("token").Inc()
+		writeError(w, http.StatusUnauthorized, "port %d of sandbox %s needs the sandbox's envdAccessToken in X-Access-Token", port, e.id)
+		return false
+	}
+	if !e.private && !p.s.requireTraffic {
+		return true
+	}
+	if e2bauth.Equal(r.Header.Get(e2bauth.TrafficHeader), e.traffic) {
+		return true
+	}
+	p.s.metrics.refused.WithLabelValues("traffic_token").Inc()
+	writeError(w, http.StatusForbidden, "port %d of sandbox %s needs the sandbox's trafficAccessToken in %s", port, e.id, e2bauth.TrafficHeader)
+	return false
+}
+
 func (p *dataPlane) serve(w http.ResponseWriter, r *http.Request, id string, port int) {
 	if port < 1 {
 		writeError(w, http.StatusBadRequest, "E2b-Sandbox-Port %q is not a port number", r.Header.Get("E2b-Sandbox-Port"))
 		return
 	}
-	if !sandboxIDPattern.MatchString(id) {
+	e := p.s.lookup(id, "")
+	if e == nil {
 		sandboxGone(w, id)
 		return
 	}
-	rec, err := p.s.record(id)
-	if err != nil {
-		sandboxGone(w, id)
+	p.serveEntry(w, r, e, port)
+}
+
+// maxInflight bounds the data-plane requests open to one sandbox at once:
+// a program in a sandbox that strips the server's mark and sends requests
+// back through the server (a loop the mark can't see) exhausts its own
+// allowance, not the server's descriptors.
+const maxInflight = 512
+
+func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry, port int) {
+	if !p.authorize(w, r, e, port) {
 		return
 	}
-	agent := port == EnvdPort || port == InterpreterPort
-	if agent && r.Header.Get("X-Access-Token") == "" {
-		// The agent checks the token on everything but /health. E2B has no
-		// check where its SDKs send none: on a sandbox created with
-		// secure=false, and on the interpreter's /contexts calls (E2B's
-		// interpreter server has no auth of its own; its SDK only sends the
-		// token with /execute). There the server vouches for the request.
-		if rec.insecure() || (port == InterpreterPort && (r.URL.Path == "/contexts" || strings.HasPrefix(r.URL.Path, "/contexts/"))) {
-			r.Header.Set("X-Access-Token", rec.Token)
+	if e.inflight.Add(1) > maxInflight {
+		e.inflight.Add(-1)
+		p.s.metrics.refused.WithLabelValues("inflight").Inc()
+		writeError(w, http.StatusTooManyRequests, "sandbox %s has %d requests open already; retry when some are done", e.id, maxInflight)
+		return
+	}
+	defer e.inflight.Add(-1)
+	if port == EnvdPort || port == InterpreterPort {
+		if !(r.URL.Path == "/files" && r.Method == http.MethodPost) {
+			if r.ContentLength > maxProxyBody {
+				writeError(w, http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than %d bytes", r.ContentLength, maxProxyBody)
+				return
+			}
+			r.Body = http.MaxBytesReader(w, r.Body, maxProxyBody)
 		}
 	}
-	if agent && !(r.URL.Path == "/files" && r.Method == http.MethodPost) {
-		if r.ContentLength > maxProxyBody {
-			writeError(w, http.StatusRequestEntityTooLarge, "request body of %d bytes is larger than %d bytes", r.ContentLength, maxProxyBody)
-			return
-		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxProxyBody)
-	}
-	ctx := context.WithValue(r.Context(), targetKey{}, target{id: id, port: port})
+	ctx := context.WithValue(r.Context(), targetKey{}, target{e: e, port: port})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -120,86 +213,15 @@ func (p *dataPlane) proxyError(w http.ResponseWriter, r *http.Request, err error
 	case r.Context().Err() != nil:
 		// The client went away; nobody is left to answer.
 		w.WriteHeader(499)
-	case t.port != EnvdPort && t.port != InterpreterPort && p.s.alive(t.id):
-		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.id, "port": t.port, "code": http.StatusBadGateway,
+	case t.e != nil && !t.agent() && p.s.lookup(t.e.id, "") != nil:
+		writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": t.e.id, "port": t.port, "code": http.StatusBadGateway,
 			"message": fmt.Sprintf("nothing answers on port %d in the sandbox: %v", t.port, err)})
 	default:
-		p.s.log.Debug("proxy", "sandbox", t.id, "port", t.port, "error", err)
-		sandboxGone(w, t.id)
+		id := ""
+		if t.e != nil {
+			id = t.e.id
+		}
+		p.s.log.Debug("proxy", "sandbox", id, "port", t.port, "error", err)
+		sandboxGone(w, id)
 	}
-}
-
-// dial connects to the agent socket of the sandbox the fake host names, or,
-// for any other port, tunnels through the agent to that port inside the
-// sandbox (which works with network none too).
-func (p *dataPlane) dial(ctx context.Context, _, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	name, ok := strings.CutSuffix(host, dialHost)
-	i := strings.LastIndexByte(name, '-')
-	if !ok || i < 0 {
-		return nil, fmt.Errorf("unexpected upstream %q", addr)
-	}
-	id := name[:i]
-	port, err := strconv.Atoi(name[i+1:])
-	if err != nil || !sandboxIDPattern.MatchString(id) {
-		return nil, fmt.Errorf("unexpected upstream %q", addr)
-	}
-	sock := filepath.Join(p.s.rt, id, "agent.sock")
-	if port == EnvdPort || port == InterpreterPort {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}
-	rec, err := p.s.record(id)
-	if err != nil {
-		return nil, err
-	}
-	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), AccessToken: rec.Token})
-	return c.DialPort(ctx, port)
-}
-
-// agentRecord is the part of the local variant's state.json the proxy needs.
-// internal/local keeps its record type unexported; the file's format is
-// shared by every process that reaches a sandbox, so reading it is stable.
-type agentRecord struct {
-	ID    string            `json:"id"`
-	Token string            `json:"token"`
-	Tags  map[string]string `json:"tags"`
-}
-
-func (a *agentRecord) insecure() bool { return a.Tags[tagInsecure] == "true" }
-
-// record reads the record of one of our sandboxes; sandboxes not created
-// through the E2B API are reported as missing.
-func (s *Server) record(id string) (*agentRecord, error) {
-	if !sandboxIDPattern.MatchString(id) {
-		return nil, os.ErrNotExist
-	}
-	b, err := os.ReadFile(filepath.Join(s.rt, id, "state.json"))
-	if err != nil {
-		return nil, err
-	}
-	var rec agentRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, err
-	}
-	if _, ok := rec.Tags[tagTemplate]; !ok || rec.Token == "" {
-		return nil, os.ErrNotExist
-	}
-	return &rec, nil
-}
-
-func (s *Server) alive(id string) bool {
-	_, err := s.record(id)
-	return err == nil
-}
-
-func (s *Server) token(id string) (string, error) {
-	rec, err := s.record(id)
-	if err != nil {
-		return "", err
-	}
-	return rec.Token, nil
 }

@@ -21,6 +21,11 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 	}
+	// Sandboxes an earlier server left running (--keep-sandboxes) belong
+	// to their teams again; a failure only leaves some unreachable.
+	if err := s.Adopt(ctx); err != nil {
+		s.log.Error("adopting running sandboxes", "error", err)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var err error

@@ -11,28 +11,38 @@
 // A request that names a sandbox (header E2b-Sandbox-Id, or a Host of the
 // form <port>-<id>.<domain>) is data plane; everything else is control plane.
 //
-// The server only exposes sandboxes created through an E2B API (it marks
-// them with reserved tags), so sandboxes made with the CLI or the Go API in
-// the same runtime directory stay out of reach of API-key holders.
+// Each API key belongs to a team, and a team sees only its own sandboxes.
+// The server reaches sandboxes only through the variant interface, so any
+// variant (local, docker, kubernetes) can run behind it. It only exposes
+// sandboxes created through an E2B API (it marks them with reserved tags),
+// so sandboxes made with the CLI or the Go API stay out of reach.
 package e2bserver
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
+	"golang.org/x/time/rate"
 )
 
 // EnvdVersion is the envd version our agent implements (docs/agent-protocol.md).
@@ -55,75 +65,155 @@ const (
 const (
 	tagPrefix   = "e2bserver/"
 	tagTemplate = tagPrefix + "template" // its presence marks a sandbox as ours
-	tagInsecure = tagPrefix + "insecure" // "true": created with secure=false
+	tagTeam     = tagPrefix + "team"     // the team whose key created it
+	tagPrivate  = tagPrefix + "private"  // "true": allowPublicTraffic false
 )
 
-// Templates the server accepts; both are the same local sandbox (our agent
-// serves envd and the interpreter alike), but the SDKs pick them by name.
+// Templates the server accepts; both are the same sandbox (our agent serves
+// envd and the interpreter alike), but the SDKs pick them by name.
 var templates = []string{"base", "code-interpreter-v1"}
 
 // apiKeyPattern is the format the SDKs check client-side before any request.
 var apiKeyPattern = regexp.MustCompile(`^e2b_[0-9a-f]+$`)
 
+// teamPattern keeps team names usable as tag values and log fields.
+var teamPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
 // ValidAPIKey reports whether key has the shape the official SDKs accept.
 func ValidAPIKey(key string) bool { return apiKeyPattern.MatchString(key) }
 
+// ValidTeam reports whether name can name a team.
+func ValidTeam(name string) bool { return teamPattern.MatchString(name) }
+
+// Key is an accepted API key and the team it acts for.
+type Key struct {
+	Key string
+	// Team names the tenant; keys with the same team share its sandboxes
+	// and quota. "" = a team of this key alone ("key-" and a hash of it).
+	Team string
+	// Quota, when set, is the team's quota instead of Options.Quota.
+	Quota *Quota
+}
+
+// Quota bounds what one team may hold; zero fields are unbounded, except
+// Memory and CPU, which then take Options.Config's limits.
+type Quota struct {
+	Sandboxes        int     // running at once
+	Memory           int64   // bytes, the limit of each sandbox
+	CPU              float64 // cores, the limit of each sandbox
+	TotalMemory      int64   // bytes, the sum of the team's sandboxes' limits
+	TotalCPU         float64 // cores, likewise
+	CreatesPerMinute int
+}
+
 // Options configure a Server.
 type Options struct {
-	// APIKeys are the accepted X-API-Key values; at least one, each e2b_<hex>.
+	// APIKeys are accepted X-API-Key values of the team "default"; Keys
+	// adds keys with their own teams. At least one key in all, each e2b_<hex>.
 	APIKeys []string
-	// Config is the base of every sandbox the server creates (variant, runtime
-	// directory, limits). Only the local variant is supported: the data plane
-	// dials its agent sockets.
+	Keys    []Key
+	// Config is the base of every sandbox the server creates: variant and
+	// its settings, and the default memory and CPU limit of each sandbox.
 	Config sandboxes.Config
+	// Quota applies to every team without a quota of its own.
+	Quota Quota
 	// DefaultNetwork applies when a create request omits allow_internet_access
 	// (the JS SDK omits it unless the user sets it): "none" (our safe default)
 	// or "all" (E2B's default).
 	DefaultNetwork string
+	// RequireTrafficToken makes every tunnel (ports other than envd's and
+	// the interpreter's) need the sandbox's traffic access token, as if every
+	// sandbox were created with allowPublicTraffic false.
+	RequireTrafficToken bool
+	// MetricsToken is the bearer token of GET /metrics (Prometheus); ""
+	// turns /metrics off.
+	MetricsToken string
 	// MaxTimeout bounds a sandbox's timeout (create, setTimeout, connect);
 	// default 24h, E2B's longest.
 	MaxTimeout time.Duration
-	// Logger receives one line per control-plane call; nil = discard.
+	// Logger receives who created, connected to and killed what, and one
+	// debug line per API call; nil = discard.
 	Logger *slog.Logger
 }
 
 // Server is the E2B-compatible HTTP handler.
 type Server struct {
-	keys           [][]byte
 	cfg            sandboxes.Config
-	rt             string
+	defaultQuota   Quota
 	defaultNetwork string
+	requireTraffic bool
+	metricsToken   string
 	maxTimeout     time.Duration
 	log            *slog.Logger
 	api            http.Handler
 	proxy          *dataPlane
+	metrics        *metrics
+	// via marks requests this server forwards, so that one coming back
+	// (a tunnel to the server's own listener) is refused, not looped.
+	via string
 
-	mu      sync.Mutex
-	created map[string]bool // ids this server created, for Shutdown
+	keysMu sync.RWMutex
+	keys   []Key
+
+	mu        sync.Mutex
+	sandboxes map[string]*entry // the live sandboxes we created or adopted
+	teams     map[string]*teamState
+}
+
+// entry is one sandbox as the server holds it.
+type entry struct {
+	id, team, template string
+	sb                 *sandboxes.Sandbox
+	inst               driver.Instance
+	token, traffic     string
+	private            bool // allowPublicTraffic false
+	memory             int64
+	cpus               float64
+	tunnel             *http.Transport
+	agentScheme        string // of the variant client's envd URL
+	agentHost          string
+	lastUsage          driver.Usage // guarded by Server.mu
+	inflight           atomic.Int32 // data-plane requests open
+}
+
+// teamState is a team's quota and what it has in flight.
+type teamState struct {
+	quota      Quota
+	limiter    *rate.Limiter
+	pending    int
+	pendingMem int64
+	pendingCPU float64
 }
 
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
-	if len(o.APIKeys) == 0 {
-		return nil, errors.New("e2bserver: at least one API key is required")
-	}
-	s := &Server{cfg: o.Config, defaultNetwork: o.DefaultNetwork, maxTimeout: o.MaxTimeout, log: o.Logger, created: map[string]bool{}}
+	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, metricsToken: o.MetricsToken,
+		maxTimeout: o.MaxTimeout, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}}
+	keys := o.Keys
 	for _, k := range o.APIKeys {
-		if !ValidAPIKey(k) {
-			// The SDKs refuse such a key before sending it, so a server that
-			// accepted it would be unusable; say so at start instead.
-			return nil, fmt.Errorf("e2bserver: API key %q…: must match ^e2b_[0-9a-f]+$ (the E2B SDKs check this)", prefix(k, 6))
-		}
-		s.keys = append(s.keys, []byte(k))
+		keys = append(keys, Key{Key: k, Team: "default"})
 	}
-	if v := sandboxes.NormalizeVariant(s.cfg.Variant); v != "" && v != "local" {
-		return nil, fmt.Errorf("e2bserver: variant %q: only the local variant is supported (the data plane dials its agent sockets)", s.cfg.Variant)
+	if err := s.SetKeys(keys); err != nil {
+		return nil, err
 	}
-	s.cfg.Variant = "local"
-	// Resolve the runtime directory once, so that the sandboxes we create and
-	// the sockets the proxy dials are certainly in the same place.
-	s.rt = RuntimeDir(s.cfg.Local.RuntimeDir)
-	s.cfg.Local.RuntimeDir = s.rt
+	if _, err := s.limits(s.defaultQuota); err != nil {
+		return nil, err
+	}
+	s.cfg.Variant = sandboxes.NormalizeVariant(s.cfg.Variant)
+	if s.cfg.Variant == "" {
+		s.cfg.Variant = "local"
+	}
+	if s.cfg.Variant == "e2b" {
+		return nil, errors.New("e2bserver: variant e2b: serve fronts sandboxes it runs itself; use local, docker or kubernetes")
+	}
+	if !contains(sandboxes.Variants(), s.cfg.Variant) {
+		return nil, fmt.Errorf("e2bserver: unknown variant %q; use one of %s", s.cfg.Variant, strings.Join(sandboxes.Variants(), ", "))
+	}
+	if s.cfg.Variant == "local" {
+		// Resolve the runtime directory once, so that a later change of the
+		// environment can't split the server's sandboxes over two places.
+		s.cfg.Local.RuntimeDir = RuntimeDir(s.cfg.Local.RuntimeDir)
+	}
 	switch s.defaultNetwork {
 	case "":
 		s.defaultNetwork = sandboxes.NetworkNone
@@ -137,9 +227,116 @@ func New(o Options) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	s.via = hex.EncodeToString(b[:])
+	s.metrics = newMetrics(s)
 	s.api = s.routes()
 	s.proxy = newDataPlane(s)
 	return s, nil
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// limits is the per-sandbox memory and CPU of a team's sandboxes: the
+// team's quota, else the server's Config.
+func (s *Server) limits(q Quota) (Quota, error) {
+	if q.Memory == 0 {
+		q.Memory = s.cfg.Memory
+	}
+	if q.CPU == 0 {
+		q.CPU = s.cfg.CPU
+	}
+	switch {
+	case q.Sandboxes < 0 || q.Memory < 0 || q.CPU < 0 || q.TotalMemory < 0 || q.TotalCPU < 0 || q.CreatesPerMinute < 0:
+		return q, errors.New("e2bserver: quotas must not be negative")
+	case q.TotalMemory > 0 && q.Memory == 0:
+		return q, errors.New("e2bserver: a total memory quota needs a memory limit per sandbox (--memory)")
+	case q.TotalCPU > 0 && q.CPU == 0:
+		return q, errors.New("e2bserver: a total CPU quota needs a CPU limit per sandbox (--cpu)")
+	case q.TotalMemory > 0 && q.Memory > q.TotalMemory:
+		return q, fmt.Errorf("e2bserver: the memory of one sandbox (%d bytes) is more than the team's total (%d bytes)", q.Memory, q.TotalMemory)
+	case q.TotalCPU > 0 && q.CPU > q.TotalCPU:
+		return q, fmt.Errorf("e2bserver: the CPU of one sandbox (%g) is more than the team's total (%g)", q.CPU, q.TotalCPU)
+	}
+	return q, nil
+}
+
+// SetKeys replaces the accepted keys (serve calls it on SIGHUP with the
+// re-read key file). Sandboxes stay with their team; a team whose keys are
+// all gone keeps its sandboxes until they end, unreachable by API.
+func (s *Server) SetKeys(keys []Key) error {
+	if len(keys) == 0 {
+		return errors.New("e2bserver: at least one API key is required")
+	}
+	out := make([]Key, 0, len(keys))
+	seen := map[string]bool{}
+	quotas := map[string]*Quota{}
+	for _, k := range keys {
+		if !ValidAPIKey(k.Key) {
+			// The SDKs refuse such a key before sending it, so a server that
+			// accepted it would be unusable; say so at start instead.
+			return fmt.Errorf("e2bserver: API key %q…: must match ^e2b_[0-9a-f]+$ (the E2B SDKs check this)", prefix(k.Key, 6))
+		}
+		if seen[k.Key] {
+			return fmt.Errorf("e2bserver: API key %s… is given twice", prefix(k.Key, 8))
+		}
+		seen[k.Key] = true
+		if k.Team == "" {
+			k.Team = "key-" + keyID(k.Key)
+		} else if !ValidTeam(k.Team) {
+			return fmt.Errorf("e2bserver: team name %q: use letters, digits, '.', '_', '-' (at most 63)", k.Team)
+		}
+		if k.Quota != nil {
+			if q, ok := quotas[k.Team]; ok && *q != *k.Quota {
+				return fmt.Errorf("e2bserver: team %s is given two different quotas", k.Team)
+			}
+			if _, err := s.limits(*k.Quota); err != nil {
+				return fmt.Errorf("team %s: %w", k.Team, err)
+			}
+			quotas[k.Team] = k.Quota
+		}
+		out = append(out, k)
+	}
+	s.keysMu.Lock()
+	s.keys = out
+	s.keysMu.Unlock()
+	s.mu.Lock()
+	for _, k := range out {
+		q := s.defaultQuota
+		if p := quotas[k.Team]; p != nil {
+			q = *p
+		}
+		q, _ = s.limits(q)
+		ts := s.teams[k.Team]
+		if ts == nil {
+			ts = &teamState{}
+			s.teams[k.Team] = ts
+		}
+		if ts.limiter == nil || ts.quota.CreatesPerMinute != q.CreatesPerMinute {
+			ts.limiter = nil
+			if n := q.CreatesPerMinute; n > 0 {
+				ts.limiter = rate.NewLimiter(rate.Limit(float64(n)/60), n)
+			}
+		}
+		ts.quota = q
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// keyID is a short, non-secret fingerprint of a key for logs and default
+// team names.
+func keyID(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:6])
 }
 
 // RuntimeDir resolves the local variant's runtime directory the way the
@@ -167,13 +364,55 @@ func prefix(s string, n int) string {
 	return s
 }
 
+// viaHeader carries the server's mark on every request it forwards.
+const viaHeader = "Code-Sandboxes-Via"
+
 // ServeHTTP dispatches between the data plane and the control plane.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for _, v := range r.Header.Values(viaHeader) {
+		if subtle.ConstantTimeCompare([]byte(v), []byte(s.via)) == 1 {
+			// We forwarded this request into a sandbox and it came back: a
+			// tunnel to our own listener. Serving it would loop until the
+			// descriptors run out.
+			s.metrics.refused.WithLabelValues("loop").Inc()
+			writeError(w, http.StatusLoopDetected, "this request already went through this server once (a tunnel to the server itself); refused")
+			return
+		}
+	}
 	if id, port, ok := sandboxTarget(r); ok {
 		s.proxy.serve(w, r, id, port)
 		return
 	}
+	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+		// A signed URL the SDK built on E2B_SANDBOX_URL names no sandbox:
+		// the signature does, as only that sandbox's token produces it.
+		if e := s.bySignature(r); e != nil {
+			s.proxy.serveEntry(w, r, e, EnvdPort)
+			return
+		}
+		s.metrics.refused.WithLabelValues("token").Inc()
+		writeError(w, http.StatusUnauthorized, "the file URL's signature matches no sandbox (expired, or its sandbox is gone)")
+		return
+	}
 	s.api.ServeHTTP(w, r)
+}
+
+// bySignature finds the sandbox whose access token signed r's /files URL.
+func (s *Server) bySignature(r *http.Request) *entry {
+	s.mu.Lock()
+	all := make([]*entry, 0, len(s.sandboxes))
+	for _, e := range s.sandboxes {
+		all = append(all, e)
+	}
+	s.mu.Unlock()
+	now := time.Now()
+	q := r.URL.Query()
+	for _, e := range all {
+		if e2bauth.CheckFileSignature(r.Method, q, e.token, now) == nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // sandboxTarget finds the sandbox and port a data-plane request is for: the
@@ -202,19 +441,24 @@ func sandboxTarget(r *http.Request) (id string, port int, ok bool) {
 	return "", 0, false
 }
 
-// sandboxIDPattern is what E2B's proxy accepts and what local ids are; it
-// also keeps an id from naming anything but a directory of the runtime dir.
+// sandboxIDPattern is what E2B's proxy accepts and what our variants' ids are.
 var sandboxIDPattern = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
 
-// checkKey compares the request's key with every accepted key in constant
-// time, without stopping at the first match, so timing reveals nothing.
-func (s *Server) checkKey(r *http.Request) bool {
+// checkKey finds the request's key among the accepted ones, comparing with
+// every key in constant time without stopping at the first match, so that
+// timing reveals nothing.
+func (s *Server) checkKey(r *http.Request) (Key, bool) {
 	got := []byte(r.Header.Get("X-API-Key"))
+	s.keysMu.RLock()
+	defer s.keysMu.RUnlock()
+	var found Key
 	ok := 0
 	for _, k := range s.keys {
-		ok |= subtle.ConstantTimeCompare(got, k)
+		if subtle.ConstantTimeCompare(got, []byte(k.Key)) == 1 {
+			found, ok = k, 1
+		}
 	}
-	return ok == 1
+	return found, ok == 1
 }
 
 // apiError is E2B's error body; the JS SDK reads its code, not the status.
@@ -235,39 +479,108 @@ func writeError(w http.ResponseWriter, status int, format string, a ...any) {
 	writeJSON(w, status, apiError{Code: status, Message: fmt.Sprintf(format, a...)})
 }
 
-// track remembers a sandbox this server created.
-func (s *Server) track(id string, on bool) {
+// newEntry wraps a sandbox handle; nil when the handle has no token (a
+// variant without an access token can't be served safely).
+func (s *Server) newEntry(sb *sandboxes.Sandbox, team, template string, private bool, mem int64, cpus float64) (*entry, error) {
+	inst := driver.InstanceOf(sb)
+	if inst == nil || inst.Client() == nil || inst.Client().AccessToken() == "" {
+		return nil, fmt.Errorf("sandbox %s has no access token; serve needs one to guard its data plane", sb.ID())
+	}
+	tok := inst.Client().AccessToken()
+	e := &entry{id: sb.ID(), team: team, template: template, sb: sb, inst: inst, token: tok,
+		traffic: e2bauth.TrafficToken(tok), private: private, memory: mem, cpus: cpus}
+	e.tunnel = s.proxy.tunnelTransport(e)
+	u, err := url.Parse(inst.Client().EnvdURL())
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("sandbox %s: the variant's envd URL %q is not a URL", e.id, inst.Client().EnvdURL())
+	}
+	e.agentScheme, e.agentHost = u.Scheme, u.Host
+	return e, nil
+}
+
+// lookup returns the entry of id if team may see it ("" = any team).
+func (s *Server) lookup(id, team string) *entry {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if on {
-		s.created[id] = true
-	} else {
-		delete(s.created, id)
+	e := s.sandboxes[id]
+	if e == nil || (team != "" && e.team != team) {
+		return nil
+	}
+	return e
+}
+
+// forget drops a sandbox that ended and frees what we hold for it.
+func (s *Server) forget(id string) {
+	s.mu.Lock()
+	e := s.sandboxes[id]
+	delete(s.sandboxes, id)
+	s.mu.Unlock()
+	if e != nil {
+		e.tunnel.CloseIdleConnections()
+		_ = e.sb.Detach()
+		s.metrics.running.WithLabelValues(e.team).Dec()
 	}
 }
 
-// Created lists the ids of the live sandboxes this server created.
+// Created lists the ids of the live sandboxes this server holds.
 func (s *Server) Created() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.created))
-	for id := range s.created {
+	out := make([]string, 0, len(s.sandboxes))
+	for id := range s.sandboxes {
 		out = append(out, id)
 	}
 	return out
 }
 
-// KillCreated kills the sandboxes this server created and still knows of;
-// one that is already gone counts as killed.
+// Adopt takes over the sandboxes an earlier server left running (serve
+// --keep-sandboxes), with the teams they were created for.
+func (s *Server) Adopt(ctx context.Context) error {
+	infos, err := sandboxes.List(ctx, s.cfg, sandboxes.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, i := range infos {
+		t, ok := i.Tags[tagTemplate]
+		if !ok || i.Tags[tagTeam] == "" || i.Status != "running" || s.lookup(i.ID, "") != nil {
+			continue
+		}
+		sb, err := sandboxes.Get(ctx, s.cfg, i.ID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("adopt %s: %w", i.ID, err))
+			continue
+		}
+		e, err := s.newEntry(sb, i.Tags[tagTeam], t, i.Tags[tagPrivate] == "true", i.Memory, i.CPUs)
+		if err != nil {
+			_ = sb.Detach()
+			errs = append(errs, err)
+			continue
+		}
+		s.mu.Lock()
+		s.sandboxes[e.id] = e
+		s.mu.Unlock()
+		s.metrics.running.WithLabelValues(e.team).Inc()
+		s.log.Info("adopted", "sandbox", e.id, "team", e.team)
+	}
+	return errors.Join(errs...)
+}
+
+// KillCreated kills the sandboxes this server holds; one that is already
+// gone counts as killed.
 func (s *Server) KillCreated(ctx context.Context) error {
 	var errs []error
 	for _, id := range s.Created() {
-		if _, err := sandboxes.Kill(ctx, s.cfg, id, sandboxes.ListOptions{}); err != nil && !errors.Is(err, sandboxes.ErrNotFound) {
+		e := s.lookup(id, "")
+		if e == nil {
+			continue
+		}
+		if err := e.inst.Kill(ctx); err != nil && !errors.Is(err, sandboxes.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("kill %s: %w", id, err))
 			continue
 		}
-		s.track(id, false)
+		s.log.Info("killed", "sandbox", id, "team", e.team, "by", "shutdown")
+		s.forget(id)
 	}
-	s.proxy.closeIdle()
 	return errors.Join(errs...)
 }

@@ -6,6 +6,8 @@
 package local
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -44,6 +46,20 @@ const (
 	stateFile  = "state.json"
 	socketFile = "agent.sock"
 )
+
+// dirName is the name of a sandbox's directory in the runtime directory: a
+// hash of its id, not the id. The agent's socket path shows in
+// /proc/net/unix to every process of the network namespace (a sandbox with
+// network all among them), and a sandbox id is what E2B's data plane
+// routes by; the hash can't be turned back into the id.
+func dirName(id string) string {
+	sum := sha256.Sum256([]byte("code-sandboxes local sandbox directory\x00" + id))
+	return hex.EncodeToString(sum[:16])
+}
+
+// SandboxDir is where the sandbox id keeps its record and socket under the
+// runtime directory rt (for tests and tools that inspect them).
+func SandboxDir(rt, id string) string { return filepath.Join(rt, dirName(id)) }
 
 // runtimeDir picks where sandbox records live.
 func runtimeDir(configured string) string {

@@ -95,7 +95,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, err
 	}
 	id := newSandboxID()
-	dir := filepath.Join(rt, id)
+	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
@@ -131,7 +131,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Args = []string{"code-sandboxes-shim", id}
+	cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
 	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -237,12 +237,12 @@ type instance struct {
 }
 
 func newInstance(rt, id, token string) *instance {
-	sock := filepath.Join(rt, id, socketFile)
+	sock := filepath.Join(rt, dirName(id), socketFile)
 	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), AccessToken: token})
 	return &instance{rt: rt, id: id, c: c}
 }
 
-func (i *instance) dir() string { return filepath.Join(i.rt, i.id) }
+func (i *instance) dir() string { return filepath.Join(i.rt, dirName(i.id)) }
 
 func (i *instance) waitHealthy(ctx context.Context, max time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, max)
@@ -385,7 +385,10 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 		return nil, err
 	}
 	rt := runtimeDir(opts.RuntimeDir)
-	r, err := readRecord(filepath.Join(rt, filepath.Base(id)))
+	r, err := readRecord(filepath.Join(rt, dirName(id)))
+	if err == nil && r.ID != id {
+		err = os.ErrNotExist
+	}
 	if err != nil || !r.alive() {
 		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
 	}
@@ -443,7 +446,7 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 	if err != nil {
 		return err
 	}
-	return killByDir(ctx, filepath.Join(runtimeDir(opts.RuntimeDir), filepath.Base(id)))
+	return killByDir(ctx, filepath.Join(runtimeDir(opts.RuntimeDir), dirName(id)))
 }
 
 // installPackages pip-installs spec.Packages into the sandbox user's site

@@ -6,6 +6,7 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -108,11 +109,57 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 	return err
 }
 
+// HTTPOptions guard the streamable HTTP transport.
+type HTTPOptions struct {
+	// Token is the bearer token every request must carry
+	// (Authorization: Bearer <token>); required: code execution is not
+	// served to whoever reaches the port.
+	Token string
+	// MaxSessions caps the sessions (each with its sandbox) open at once;
+	// 0 = 16. A new session over the cap answers 503.
+	MaxSessions int
+	// Idle ends a session (and kills its sandbox) after this long without
+	// a request; 0 = never.
+	Idle time.Duration
+}
+
 // HTTPHandler serves the streamable HTTP transport, one session (and
-// sandbox) per client; idle sessions end after idle (0: never).
-func (s *Server) HTTPHandler(idle time.Duration) http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{SessionTimeout: idle, Logger: s.opts.Logger})
+// sandbox) per client, to holders of the token only.
+func (s *Server) HTTPHandler(o HTTPOptions) (http.Handler, error) {
+	if len(o.Token) < 16 {
+		return nil, errors.New("mcp: the HTTP transport needs a bearer token of at least 16 characters")
+	}
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = 16
+	}
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+		&mcp.StreamableHTTPOptions{SessionTimeout: o.Idle, Logger: s.opts.Logger})
+	var initMu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(o.Token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="code-sandboxes mcp"`)
+			http.Error(w, "unauthorized: send Authorization: Bearer <the token mcp --listen printed or was given>", http.StatusUnauthorized)
+			return
+		}
+		if r.Header.Get("Mcp-Session-Id") != "" || r.Method != http.MethodPost {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// A request without a session id opens a session: count and open
+		// under one lock, so that concurrent ones can't overshoot the cap.
+		initMu.Lock()
+		defer initMu.Unlock()
+		n := 0
+		for range s.mcp.Sessions() {
+			n++
+		}
+		if n >= o.MaxSessions {
+			http.Error(w, fmt.Sprintf("too many sessions: %d are open (the cap); end one (DELETE) or wait for idle ones to end", n), http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}), nil
 }
 
 // Close kills every sandbox.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -160,20 +161,24 @@ func TestStreamableHTTP(t *testing.T) {
 	rt := t.TempDir()
 	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
 	defer srv.Close()
-	hs := httptest.NewServer(srv.HTTPHandler(time.Minute))
+	h, err := srv.HTTPHandler(mcpserver.HTTPOptions{Token: testToken, Idle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
 	defer hs.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
-	a, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	a, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: bearer(testToken)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	exercise(t, ctx, a, rt)
 
 	// A second session has its own sandbox.
-	b, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL}, nil)
+	b, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: bearer(testToken)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,4 +226,69 @@ func TestStdio(t *testing.T) {
 		t.Errorf("the server process: %v", cmd.ProcessState)
 	}
 	waitNoSandboxes(t, rt)
+}
+
+const testToken = "0123456789abcdef0123456789abcdef"
+
+// bearer is an HTTP client that sends the token on every request.
+func bearer(tok string) *http.Client {
+	return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+tok)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestStreamableHTTPGuard: code execution is not served to whoever reaches
+// the port, sessions are capped, and an idle session ends with its sandbox.
+func TestStreamableHTTPGuard(t *testing.T) {
+	requireDeps(t)
+	rt := t.TempDir()
+	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
+	defer srv.Close()
+	if _, err := srv.HTTPHandler(mcpserver.HTTPOptions{}); err == nil {
+		t.Error("a handler without a token was made")
+	}
+	h, err := srv.HTTPHandler(mcpserver.HTTPOptions{Token: testToken, MaxSessions: 1, Idle: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	for _, hc := range []*http.Client{nil, bearer("wrong-token-wrong-token-wrong")} {
+		if cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: hc}, nil); err == nil {
+			cs.Close()
+			t.Error("connected without the right token")
+		}
+	}
+	req, _ := http.NewRequest("POST", hs.URL, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_code","arguments":{"code":"1"}}}`))
+	req.Header.Set("Mcp-Session-Id", "guessed")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Errorf("a request with a session id but no token: %v %v", resp, err)
+	}
+	a, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: bearer(testToken)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call(t, ctx, a, "run_code", map[string]any{"code": "1"})
+	if cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: bearer(testToken)}, nil); err == nil {
+		cs.Close()
+		t.Error("a second session opened over the cap of 1")
+	}
+	// Left idle, the session ends and its sandbox is killed; then a new
+	// session fits under the cap again.
+	waitNoSandboxes(t, rt)
+	b, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL, HTTPClient: bearer(testToken)}, nil)
+	if err != nil {
+		t.Fatalf("a session after the idle one ended: %v", err)
+	}
+	b.Close()
+	_ = a
 }

@@ -14,6 +14,9 @@ type Stat struct {
 	State     byte   // R, S, D, Z, X, …
 	PPid      int    // parent pid
 	StartTime uint64 // clock ticks after boot
+	// UTime and STime are the CPU time spent in user and kernel mode, in
+	// clock ticks (USER_HZ, 100 a second on Linux).
+	UTime, STime uint64
 }
 
 // Read returns pid's stat; ok is false when the process is gone or the file
@@ -36,5 +39,7 @@ func Read(pid int) (Stat, bool) {
 	st := Stat{State: f[0][0]}
 	st.PPid, _ = strconv.Atoi(f[1])
 	st.StartTime, _ = strconv.ParseUint(f[19], 10, 64)
+	st.UTime, _ = strconv.ParseUint(f[11], 10, 64)
+	st.STime, _ = strconv.ParseUint(f[12], 10, 64)
 	return st, true
 }

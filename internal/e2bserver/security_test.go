@@ -1,0 +1,439 @@
+package e2bserver
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
+)
+
+// Attack tests for issue #13: each "Why" bullet is a request that must fail.
+
+const (
+	keyA = "e2b_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	keyB = "e2b_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+func createSB(t *testing.T, base, key, body string) sandboxJSON {
+	t.Helper()
+	var sb sandboxJSON
+	resp := call(t, "POST", base+"/sandboxes", key, body, nil, &sb)
+	if resp.StatusCode != 201 || sb.SandboxID == "" || sb.EnvdAccessToken == "" || sb.TrafficAccessToken == nil {
+		t.Fatalf("create %s: %d %+v", body, resp.StatusCode, sb)
+	}
+	return sb
+}
+
+// execute runs Python in the sandbox through the proxy, with its token.
+func execute(t *testing.T, base string, sb sandboxJSON, code string) string {
+	t.Helper()
+	b, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(string(b)))
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("execute: %d %s", resp.StatusCode, out)
+	}
+	return string(out)
+}
+
+// echoServer starts, inside sb, an HTTP server on port that answers every
+// GET with the request's headers as JSON.
+const echoServer = `import subprocess, sys, time, socket
+src = '''
+import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = json.dumps({k.lower(): v for k, v in self.headers.items()}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("127.0.0.1", PORT), H).serve_forever()
+'''
+subprocess.Popen([sys.executable, "-c", src.replace("PORT", "8000")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+for _ in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", 8000)).close(); break
+    except OSError:
+        time.sleep(0.05)
+`
+
+func tunnel(t *testing.T, base string, sb sandboxJSON, port int, hdr map[string]string) (int, map[string]string) {
+	t.Helper()
+	h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": strconv.Itoa(port)}
+	for k, v := range hdr {
+		h[k] = v
+	}
+	var got map[string]string
+	req, _ := http.NewRequest("GET", base+"/", nil)
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("tunnel to port %d: %v", port, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	_ = json.Unmarshal(b, &got)
+	return resp.StatusCode, got
+}
+
+// TestDataPlaneCredentials: no path into a sandbox without its credential,
+// and the proxy adds none.
+func TestDataPlaneCredentials(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	_, base := testServer(t, Options{})
+	a := createSB(t, base, testKey, `{"templateID":"code-interpreter-v1","timeout":120}`)
+	b := createSB(t, base, testKey, `{"templateID":"base","timeout":120,"network":{"allowPublicTraffic":false}}`)
+	if *a.TrafficAccessToken == *b.TrafficAccessToken || *a.TrafficAccessToken == a.EnvdAccessToken {
+		t.Fatalf("traffic tokens: %q %q", *a.TrafficAccessToken, *b.TrafficAccessToken)
+	}
+	interp := func(sb sandboxJSON, method, path string, hdr map[string]string) int {
+		h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49999"}
+		for k, v := range hdr {
+			h[k] = v
+		}
+		body := ""
+		if method == "POST" {
+			body = `{"language":"python"}`
+		}
+		return call(t, method, base+path, "", body, h, nil).StatusCode
+	}
+	// Why: the proxy added the token to any /contexts request.
+	for _, c := range []struct {
+		name string
+		hdr  map[string]string
+		want int
+	}{
+		{"no token", nil, 401},
+		{"another sandbox's traffic token", map[string]string{e2bauth.TrafficHeader: *b.TrafficAccessToken}, 401},
+		{"another sandbox's envd token", map[string]string{"X-Access-Token": b.EnvdAccessToken}, 401},
+		{"its traffic token", map[string]string{e2bauth.TrafficHeader: *a.TrafficAccessToken}, 200},
+		{"its envd token", map[string]string{"X-Access-Token": a.EnvdAccessToken}, 200},
+	} {
+		if st := interp(a, "GET", "/contexts", c.hdr); st != c.want {
+			t.Errorf("GET /contexts with %s: %d, want %d", c.name, st, c.want)
+		}
+		if c.want != 200 {
+			if st := interp(a, "POST", "/contexts", c.hdr); st != c.want {
+				t.Errorf("POST /contexts with %s: %d, want %d", c.name, st, c.want)
+			}
+		}
+	}
+	// The traffic token opens /contexts only, not code execution.
+	if st := call(t, "POST", base+"/execute", "", `{"code":"1"}`, map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49999", e2bauth.TrafficHeader: *a.TrafficAccessToken}, nil).StatusCode; st != 401 {
+		t.Errorf("/execute with only the traffic token: %d, want 401", st)
+	}
+
+	// Why: any port was reachable with no key and no token. A public
+	// sandbox's ports stay public (E2B's default); a private one's need its
+	// traffic token, and not another's.
+	execute(t, base, a, echoServer)
+	execute(t, base, b, echoServer)
+	if st, _ := tunnel(t, base, a, 8000, nil); st != 200 {
+		t.Errorf("public sandbox's port without token: %d", st)
+	}
+	if st, _ := tunnel(t, base, b, 8000, nil); st != 403 {
+		t.Errorf("private sandbox's port without token: %d, want 403", st)
+	}
+	if st, _ := tunnel(t, base, b, 8000, map[string]string{e2bauth.TrafficHeader: *a.TrafficAccessToken}); st != 403 {
+		t.Errorf("private sandbox's port with another sandbox's token: %d, want 403", st)
+	}
+	if st, _ := tunnel(t, base, b, 8000, map[string]string{"X-Access-Token": b.EnvdAccessToken}); st != 403 {
+		t.Errorf("private sandbox's port with the envd token in the wrong header: %d, want 403", st)
+	}
+	// Why: routing headers went through unchanged. Nothing that addresses
+	// or authenticates to the server reaches the sandbox.
+	st, seen := tunnel(t, base, b, 8000, map[string]string{e2bauth.TrafficHeader: *b.TrafficAccessToken, "X-API-Key": testKey, "X-Mine": "kept"})
+	if st != 200 {
+		t.Fatalf("private sandbox's port with its token: %d", st)
+	}
+	for _, h := range []string{"e2b-sandbox-id", "e2b-sandbox-port", "x-api-key", "e2b-traffic-access-token"} {
+		if v, ok := seen[h]; ok {
+			t.Errorf("header %s reached the sandbox: %q", h, v)
+		}
+	}
+	if seen["x-mine"] != "kept" {
+		t.Errorf("the request's own headers: %v", seen)
+	}
+
+	// Signed file URLs, with the sandbox named by header and, as the SDK
+	// builds them when E2B_SANDBOX_URL is set, by nothing but the signature.
+	execute(t, base, a, `open("/home/user/signed.txt", "w").write("secret of a")`)
+	sig := func(path, op string, exp int64) url.Values {
+		q := url.Values{"path": {path}, "signature": {e2bauth.FileSignature(path, op, "", a.EnvdAccessToken, exp)}}
+		if exp != 0 {
+			q.Set("signature_expiration", strconv.FormatInt(exp, 10))
+		}
+		return q
+	}
+	get := func(q url.Values, hdr map[string]string) (int, string) {
+		req, _ := http.NewRequest("GET", base+"/files?"+q.Encode(), nil)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	routed := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983"}
+	for _, hdr := range []map[string]string{routed, nil} {
+		if st, body := get(sig("/home/user/signed.txt", "read", 0), hdr); st != 200 || body != "secret of a" {
+			t.Errorf("signed download (routing %v): %d %q", hdr != nil, st, body)
+		}
+		if st, body := get(sig("/home/user/signed.txt", "read", time.Now().Add(time.Minute).Unix()), hdr); st != 200 || body != "secret of a" {
+			t.Errorf("signed download with expiration (routing %v): %d %q", hdr != nil, st, body)
+		}
+		if st, _ := get(sig("/home/user/signed.txt", "read", time.Now().Add(-time.Minute).Unix()), hdr); st != 401 {
+			t.Errorf("expired signature (routing %v): %d, want 401", hdr != nil, st)
+		}
+		q := sig("/home/user/other.txt", "read", 0)
+		q.Set("path", "/home/user/signed.txt")
+		if st, _ := get(q, hdr); st != 401 {
+			t.Errorf("signature for another path (routing %v): %d, want 401", hdr != nil, st)
+		}
+		if st, _ := get(sig("/home/user/signed.txt", "write", 0), hdr); st != 401 {
+			t.Errorf("write signature used to read (routing %v): %d, want 401", hdr != nil, st)
+		}
+	}
+	// A's signature does not open b.
+	if st, _ := get(sig("/home/user/signed.txt", "read", 0), map[string]string{"E2b-Sandbox-Id": b.SandboxID}); st != 401 {
+		t.Errorf("a's signature on b: %d, want 401", st)
+	}
+}
+
+// TestRequireTrafficToken: with --require-traffic-token every tunnel needs
+// the sandbox's own traffic token.
+func TestRequireTrafficToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	_, base := testServer(t, Options{RequireTrafficToken: true})
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120}`)
+	execute(t, base, a, echoServer)
+	for _, c := range []struct {
+		name string
+		hdr  map[string]string
+		want int
+	}{
+		{"no token", nil, 403},
+		{"a wrong token", map[string]string{e2bauth.TrafficHeader: strings.Repeat("0", 64)}, 403},
+		{"the envd token", map[string]string{e2bauth.TrafficHeader: a.EnvdAccessToken}, 403},
+		{"its token", map[string]string{e2bauth.TrafficHeader: *a.TrafficAccessToken}, 200},
+	} {
+		if st, _ := tunnel(t, base, a, 8000, c.hdr); st != c.want {
+			t.Errorf("tunnel with %s: %d, want %d", c.name, st, c.want)
+		}
+		fr := call(t, "GET", base+"/", "", "", mergeHdr(c.hdr, map[string]string{"Host": "8000-" + a.SandboxID + ".localhost"}), nil)
+		if fr.StatusCode != c.want {
+			t.Errorf("host-form tunnel with %s: %d, want %d", c.name, fr.StatusCode, c.want)
+		}
+	}
+}
+
+func mergeHdr(a, b map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+// TestTunnelToServerItselfRefused: a tunnel to the server's own listener
+// (from a network-all sandbox, whose loopback may be the host's) used to
+// loop until file descriptors ran out.
+func TestTunnelToServerItselfRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	s, base := testServer(t, Options{})
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120,"allow_internet_access":true}`)
+	u, _ := url.Parse(base)
+	port, _ := strconv.Atoi(u.Port())
+	for _, hdr := range []map[string]string{
+		nil,
+		// A request that itself names a sandbox again, as a loop would.
+		{"X-Loop": "1"},
+	} {
+		st, _ := tunnel(t, base, a, port, hdr)
+		// 508 where the sandbox's loopback is the host's (network all in
+		// the host's namespace); 502 where it is its own.
+		if st != http.StatusLoopDetected && st != http.StatusBadGateway {
+			t.Errorf("tunnel to the server's own port: %d, want 508 or 502", st)
+		}
+		t.Logf("tunnel to the server's own port: %d", st)
+	}
+	// A loop the mark can't see (a program in the sandbox that strips it
+	// and calls the server again) runs into the per-sandbox bound.
+	e := s.lookup(a.SandboxID, "")
+	e.inflight.Store(maxInflight)
+	if st, _ := tunnel(t, base, a, 8000, nil); st != http.StatusTooManyRequests {
+		t.Errorf("request over the in-flight bound: %d, want 429", st)
+	}
+	e.inflight.Store(0)
+
+	// Spoofing the mark does not help: only this server's own mark counts,
+	// and it is secret.
+	req, _ := http.NewRequest("GET", base+"/health", nil)
+	req.Header.Set(viaHeader, "guess")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
+		t.Errorf("health with a foreign via mark: %v %v", resp, err)
+	}
+}
+
+// TestTeams: two keys of two teams; B's every call on A's sandbox answers
+// exactly as for a sandbox that does not exist.
+func TestTeams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	s, base := testServer(t, Options{Keys: []Key{{Key: keyA, Team: "team-a"}, {Key: keyB, Team: "team-b"}}})
+	a := createSB(t, base, keyA, `{"templateID":"base","timeout":120}`)
+	id := a.SandboxID
+	const missing = "lzzzzzzzzzzzzzzzz"
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/sandboxes/%s", ""},
+		{"DELETE", "/sandboxes/%s", ""},
+		{"POST", "/sandboxes/%s/timeout", `{"timeout":10}`},
+		{"POST", "/sandboxes/%s/refreshes", `{"duration":10}`},
+		{"POST", "/sandboxes/%s/connect", `{"timeout":10}`},
+		{"POST", "/v2/sandboxes/%s/connect", `{"timeout":10}`},
+		{"POST", "/sandboxes/%s/resume", `{}`},
+		{"POST", "/sandboxes/%s/pause", `{}`},
+		{"GET", "/sandboxes/%s/metrics", ""},
+	} {
+		var theirs, none apiError
+		r1 := call(t, c.method, base+strings.ReplaceAll(c.path, "%s", id), keyB, c.body, nil, &theirs)
+		r2 := call(t, c.method, base+strings.ReplaceAll(c.path, "%s", missing), keyB, c.body, nil, &none)
+		if r1.StatusCode != 404 || r2.StatusCode != 404 || strings.ReplaceAll(theirs.Message, id, "X") != strings.ReplaceAll(none.Message, missing, "X") {
+			t.Errorf("%s %s as team B: %d %q; nonexistent: %d %q", c.method, c.path, r1.StatusCode, theirs.Message, r2.StatusCode, none.Message)
+		}
+	}
+	for _, p := range []string{"/sandboxes", "/v2/sandboxes", "/v2/sandboxes?state=running"} {
+		var l []listedSandbox
+		call(t, "GET", base+p, keyB, "", nil, &l)
+		if len(l) != 0 {
+			t.Errorf("team B lists %v at %s", idsOf(l), p)
+		}
+		call(t, "GET", base+p, keyA, "", nil, &l)
+		if len(l) != 1 || l[0].SandboxID != id {
+			t.Errorf("team A lists %v at %s", idsOf(l), p)
+		}
+	}
+	var d sandboxDetail
+	if resp := call(t, "GET", base+"/sandboxes/"+id, keyA, "", nil, &d); resp.StatusCode != 200 || d.EnvdAccessToken != a.EnvdAccessToken {
+		t.Errorf("team A's own get: %d", resp.StatusCode)
+	}
+	// The sandbox survived team B's kill.
+	if got := s.Created(); len(got) != 1 {
+		t.Errorf("after B's calls the server holds %v", got)
+	}
+	// Metadata can't claim another team.
+	wantError(t, "POST", base+"/sandboxes", keyB, `{"templateID":"base","metadata":{"e2bserver/team":"team-a"}}`, 400, "reserved")
+
+	// A reload that drops team A's key locks A out of its sandbox.
+	if err := s.SetKeys([]Key{{Key: keyB, Team: "team-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, "GET", base+"/sandboxes/"+id, keyA, "", 401, "API key")
+	if err := s.SetKeys([]Key{{Key: keyA, Team: "team-a"}, {Key: keyB, Team: "team-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := call(t, "DELETE", base+"/sandboxes/"+id, keyA, "", nil, nil); resp.StatusCode != 204 {
+		t.Errorf("team A's kill: %d", resp.StatusCode)
+	}
+}
+
+// TestQuotas: over quota answers 429 with E2B's error body, and leaves
+// nothing behind.
+func TestQuotas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	s, base := testServer(t, Options{
+		Config: sandboxes.Config{Memory: 256 << 20, CPU: 0.5},
+		Keys: []Key{
+			{Key: keyA, Team: "team-a", Quota: &Quota{Sandboxes: 1}},
+			{Key: keyB, Team: "team-b", Quota: &Quota{TotalMemory: 256 << 20, CreatesPerMinute: 2}},
+		},
+	})
+	a := createSB(t, base, keyA, `{"templateID":"base","timeout":120}`)
+	wantError(t, "POST", base+"/sandboxes", keyA, `{"templateID":"base","timeout":120}`, 429, "1 sandboxes at once")
+	b := createSB(t, base, keyB, `{"templateID":"base","timeout":120}`)
+	wantError(t, "POST", base+"/sandboxes", keyB, `{"templateID":"base","timeout":120}`, 429, "256 MiB of memory")
+	// Each sandbox has the server's limits.
+	var d sandboxDetail
+	call(t, "GET", base+"/sandboxes/"+b.SandboxID, keyB, "", nil, &d)
+	if d.MemoryMB != 256 || d.CPUCount != 1 {
+		t.Errorf("limits of b: %d MiB, %d CPUs", d.MemoryMB, d.CPUCount)
+	}
+	// Killing frees the quota; the third create within the minute is over
+	// the rate.
+	if resp := call(t, "DELETE", base+"/sandboxes/"+b.SandboxID, keyB, "", nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("kill: %d", resp.StatusCode)
+	}
+	c := createSB(t, base, keyB, `{"templateID":"base","timeout":120}`)
+	if resp := call(t, "DELETE", base+"/sandboxes/"+c.SandboxID, keyB, "", nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("kill: %d", resp.StatusCode)
+	}
+	wantError(t, "POST", base+"/sandboxes", keyB, `{"templateID":"base","timeout":120}`, 429, "per minute")
+	// Nothing half-created: only the one sandbox answered 201 and not
+	// killed exists.
+	infos, err := sandboxes.List(context.Background(), s.cfg, sandboxes.ListOptions{})
+	if err != nil || len(infos) != 1 || infos[0].ID != a.SandboxID {
+		t.Errorf("sandboxes after the refusals: %v %v", infos, err)
+	}
+}
+
+// TestRecordsNotNamedByID: the local variant's directories and sockets
+// (visible in /proc/net/unix to any process of the network namespace) don't
+// give away sandbox ids.
+func TestRecordsNotNamedByID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	s, base := testServer(t, Options{})
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120}`)
+	ents, _ := os.ReadDir(s.cfg.Local.RuntimeDir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), a.SandboxID) {
+			t.Errorf("runtime directory entry %s names sandbox %s", e.Name(), a.SandboxID)
+		}
+	}
+	unix, _ := os.ReadFile("/proc/net/unix")
+	if strings.Contains(string(unix), a.SandboxID) {
+		t.Errorf("/proc/net/unix names sandbox %s", a.SandboxID)
+	}
+}
