@@ -394,9 +394,12 @@ func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string
 		return uploadedEntry{}, errorf(http.StatusBadRequest, "path %s is not a regular file (%s): refusing to write to it", p, fi.Mode().Type())
 	}
 	if created {
-		// The umask may have narrowed 0644; a new upload is 0644 as envd's.
-		if err := f.Chmod(0o644); err != nil {
-			return uploadedEntry{}, osHTTPError("chmod "+p, err)
+		// The umask may have narrowed 0644; a new upload is 0644 as envd's
+		// (no chmod otherwise: watchers would see a CHMOD envd never sends).
+		if fi.Mode().Perm() != 0o644 {
+			if err := f.Chmod(0o644); err != nil {
+				return uploadedEntry{}, osHTTPError("chmod "+p, err)
+			}
 		}
 		if asRoot() {
 			if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
