@@ -54,6 +54,26 @@ try {
     }
   })
 
+  await step('charts', async () => {
+    const out = {}
+    for (const [name, code] of Object.entries({
+      line: "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9], label='sq')\nplt.xlabel('x (m)')\nplt.title('L')\nplt.show()",
+      scatter: "import matplotlib.pyplot as plt\nplt.scatter([1, 2], [3, 4], label='s')\nplt.show()",
+      bar: "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 4], label='g')\nplt.show()",
+      pie: "import matplotlib.pyplot as plt\nplt.pie([1, 3], labels=['p', 'q'])\nplt.show()",
+      box: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.boxplot([[1, 2, 3, 4, 5]], patch_artist=True)\nplt.show()",
+      superchart: "import matplotlib.pyplot as plt\nfig, axs = plt.subplots(1, 2)\nfig.suptitle('S')\naxs[0].plot([1, 2])\naxs[1].scatter([1], [2])\nplt.show()",
+      unknown: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.add_artist(plt.Circle((0, 0), 1))\nplt.title('C')\nplt.show()",
+    })) {
+      const ex = await sbx.runCode(code)
+      const r = ex.results[0]
+      out[name] = { error: ex.error?.name ?? null, png: !!r?.png, chart: r?.chart ?? null }
+    }
+    const df = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", None]})')
+    out.data = df.results[0]?.data ?? null
+    return out
+  })
+
   await step('envdVersion', async () => (await sbx.getInfo()).envdVersion)
 
   await step('metadata', async () => {

@@ -303,8 +303,8 @@ func TestUploadInPlace(t *testing.T) {
 			t.Fatalf("watcher saw %q (events on %v): uploads must not use temporary names", n, names)
 		}
 	}
-	if writes < 2 {
-		t.Fatalf("want a WRITE on target.txt per upload, events on %v", names)
+	if writes == 0 { // inotify may merge the two uploads' writes into one event
+		t.Fatalf("want WRITE events on target.txt, events on %v", names)
 	}
 	if got, _ := os.ReadFile(p); string(got) != "second" {
 		t.Fatalf("content %q", got)
