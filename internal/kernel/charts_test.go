@@ -259,3 +259,24 @@ pd.DataFrame({"a": [1, 2, np.nan], "t": pd.to_datetime(["2024-01-01", None, "202
 		t.Fatal("the DataFrame's HTML is gone")
 	}
 }
+
+// PIL images: show() and save() to a path display the image (as E2B's
+// code interpreter does), and an image as the last expression is a PNG.
+func TestPILImages(t *testing.T) {
+	s := newTestSession(t)
+	if r := exec1(t, s, "import PIL.Image"); len(r.errors()) > 0 {
+		t.Skip("PIL not importable")
+	}
+	for _, code := range []string{
+		"from PIL import Image\nim = Image.new('RGBA', (4, 4))\nim.show()\nprint('done')",
+		"from PIL import Image\nImage.new('RGB', (4, 4))",
+		"from PIL import Image\nimport os, tempfile\nImage.new('RGB', (4, 4)).save(os.path.join(tempfile.mkdtemp(), 't.png'))",
+	} {
+		r := exec1(t, s, code)
+		noErrors(t, code, r)
+		res := r.results()
+		if len(res) != 1 || !strings.HasPrefix(str(t, res[0].Data["image/png"]), "iVBOR") {
+			t.Errorf("%q: want one PNG result, got %d results", code, len(res))
+		}
+	}
+}

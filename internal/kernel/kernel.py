@@ -819,11 +819,41 @@ def _patch_module(name, module):
         module.show = _plt_show
     elif name == "IPython.core.display_functions":
         module.display = display
+    elif name == "PIL.ImageShow":
+        # Image.show() displays the image as a result (E2B's too), ahead of
+        # any desktop viewer, which a sandbox has no screen for.
+        try:
+            module.register(_PILViewer(), -1)
+        except Exception:
+            pass
+    elif name == "PIL.Image":
+        # E2B's code interpreter shows an image saved to a path as a result.
+        img = getattr(module, "Image", None)
+        save = getattr(img, "save", None)
+        if save is not None and not getattr(save, "_cs_wrapped", False):
+            def saving(self, fp, *args, _save=save, **kwargs):
+                r = _save(self, fp, *args, **kwargs)
+                if isinstance(fp, (str, os.PathLike)):
+                    display(self)
+                return r
+
+            saving._cs_wrapped = True
+            img.save = saving
     elif name == "subprocess":
         popen = getattr(module, "Popen", None)
         f = getattr(popen, "_execute_child", None)
         if f is not None:
             popen._execute_child = _flushing(f)
+
+
+class _PILViewer:
+    """A PIL.ImageShow viewer that displays the image as a result."""
+
+    format = "PNG"
+
+    def show(self, image, **options):
+        display(image)
+        return 1
 
 
 class _ImportHook:
@@ -832,7 +862,7 @@ class _ImportHook:
     IPython's display() / subprocess (flush output before a child starts)
     right after their modules run."""
 
-    names = ("matplotlib", "matplotlib.pyplot", "IPython.core.display_functions", "subprocess")
+    names = ("matplotlib", "matplotlib.pyplot", "IPython.core.display_functions", "subprocess", "PIL.Image", "PIL.ImageShow")
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.names:
