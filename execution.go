@@ -19,13 +19,17 @@ const (
 	MIMEPDF        = "application/pdf"
 	MIMELaTeX      = "text/latex"
 	MIMEJavaScript = "application/javascript"
+	// MIMEChart is E2B's chart JSON for a matplotlib figure (Result.Chart).
+	MIMEChart = "e2b/chart"
+	// MIMEData is E2B's {column: values} form of a pandas DataFrame.
+	MIMEData = "e2b/data"
 )
 
 // fieldMIME maps E2B's result fields back to MIME types.
 var fieldMIME = map[string]string{
 	"text": MIMEText, "html": MIMEHTML, "markdown": MIMEMarkdown, "svg": MIMESVG,
 	"png": MIMEPNG, "jpeg": MIMEJPEG, "pdf": MIMEPDF, "latex": MIMELaTeX,
-	"json": MIMEJSON, "javascript": MIMEJavaScript, "data": "e2b/data", "chart": "e2b/chart",
+	"json": MIMEJSON, "javascript": MIMEJavaScript, "data": MIMEData, "chart": MIMEChart,
 }
 
 // Result is one rich output: the value of the cell's last expression (main
@@ -48,6 +52,140 @@ func (r Result) PNG() []byte { return r.decode(MIMEPNG) }
 
 // JPEG decodes the image/jpeg form.
 func (r Result) JPEG() []byte { return r.decode(MIMEJPEG) }
+
+// Markdown is the text/markdown form.
+func (r Result) Markdown() string { s, _ := r.Data[MIMEMarkdown].(string); return s }
+
+// SVG is the image/svg+xml form (SVG source text).
+func (r Result) SVG() string { s, _ := r.Data[MIMESVG].(string); return s }
+
+// LaTeX is the text/latex form.
+func (r Result) LaTeX() string { s, _ := r.Data[MIMELaTeX].(string); return s }
+
+// JavaScript is the application/javascript form.
+func (r Result) JavaScript() string { s, _ := r.Data[MIMEJavaScript].(string); return s }
+
+// PDF decodes the application/pdf form; nil if absent or malformed.
+func (r Result) PDF() []byte { return r.decode(MIMEPDF) }
+
+// JSON is the application/json form, decoded (nil if absent).
+func (r Result) JSON() any { return r.Data[MIMEJSON] }
+
+// DataFrame is the e2b/data form of a pandas DataFrame: column name → values
+// (numbers, strings, bools, ISO timestamps, nil for NaN/NaT); nil if absent.
+func (r Result) DataFrame() map[string][]any {
+	m, ok := r.Data[MIMEData].(map[string]any)
+	if !ok {
+		return nil
+	}
+	out := make(map[string][]any, len(m))
+	for k, v := range m {
+		col, _ := v.([]any)
+		out[k] = col
+	}
+	return out
+}
+
+// Chart is the e2b/chart form of a matplotlib figure, decoded; nil if the
+// result has none (not a figure, or a blank one).
+func (r Result) Chart() *Chart {
+	v, ok := r.Data[MIMEChart]
+	if !ok || v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	var c Chart
+	if json.Unmarshal(b, &c) != nil || c.Type == "" {
+		return nil
+	}
+	return &c
+}
+
+// Chart types (E2B's ChartType).
+const (
+	ChartLine          = "line"
+	ChartScatter       = "scatter"
+	ChartBar           = "bar"
+	ChartPie           = "pie"
+	ChartBoxAndWhisker = "box_and_whisker"
+	ChartSuperchart    = "superchart"
+	ChartUnknown       = "unknown"
+)
+
+// Chart is E2B's chart JSON, as its code interpreter SDK types it. Which
+// fields are set depends on Type: line and scatter have the axes' scales,
+// ticks and Elements with Points; bar Elements have Value and Group; pie
+// Elements Angle and Radius; box_and_whisker Elements the five numbers and
+// Outliers; a superchart (several axes) has Charts instead of Elements;
+// unknown has only its title.
+type Chart struct {
+	Type  string `json:"type"`
+	Title string `json:"title"`
+
+	XLabel string `json:"x_label,omitempty"`
+	YLabel string `json:"y_label,omitempty"`
+	XUnit  string `json:"x_unit,omitempty"`
+	YUnit  string `json:"y_unit,omitempty"`
+
+	// XScale/YScale: linear, datetime, categorical, log, symlog, logit, ...
+	XScale      string   `json:"x_scale,omitempty"`
+	YScale      string   `json:"y_scale,omitempty"`
+	XTicks      []any    `json:"x_ticks,omitempty"` // numbers, or strings on datetime/categorical axes
+	YTicks      []any    `json:"y_ticks,omitempty"`
+	XTickLabels []string `json:"x_tick_labels,omitempty"`
+	YTickLabels []string `json:"y_tick_labels,omitempty"`
+
+	Elements []ChartElement `json:"-"`
+	Charts   []Chart        `json:"-"` // superchart: one chart per axes
+}
+
+// ChartElement is one series (line, scatter), bar, pie slice or box.
+type ChartElement struct {
+	Label string `json:"label"`
+	// Points are [x, y] pairs: numbers, ISO timestamps or categories.
+	Points [][2]any `json:"points,omitempty"`
+	// Bar.
+	Value *float64 `json:"value,omitempty"`
+	Group string   `json:"group,omitempty"`
+	// Pie: the slice's angle in degrees, and its radius.
+	Angle  float64 `json:"angle,omitempty"`
+	Radius float64 `json:"radius,omitempty"`
+	// Box and whisker.
+	Min           *float64  `json:"min,omitempty"`
+	FirstQuartile *float64  `json:"first_quartile,omitempty"`
+	Median        *float64  `json:"median,omitempty"`
+	ThirdQuartile *float64  `json:"third_quartile,omitempty"`
+	Max           *float64  `json:"max,omitempty"`
+	Outliers      []float64 `json:"outliers,omitempty"`
+}
+
+// UnmarshalJSON reads "elements" as charts for a superchart, else as
+// elements.
+func (c *Chart) UnmarshalJSON(b []byte) error {
+	type plain Chart
+	var aux struct {
+		plain
+		Title    *string         `json:"title"`
+		Elements json.RawMessage `json:"elements"`
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	*c = Chart(aux.plain)
+	if aux.Title != nil {
+		c.Title = *aux.Title
+	}
+	if len(aux.Elements) == 0 || string(aux.Elements) == "null" {
+		return nil
+	}
+	if c.Type == ChartSuperchart {
+		return json.Unmarshal(aux.Elements, &c.Charts)
+	}
+	return json.Unmarshal(aux.Elements, &c.Elements)
+}
 
 func (r Result) decode(mime string) []byte {
 	s, _ := r.Data[mime].(string)

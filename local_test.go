@@ -376,3 +376,20 @@ func TestLocalNetworkAll(t *testing.T) {
 		t.Fatalf("network all: %q %v", ex.Stdout(), ex.Error)
 	}
 }
+
+// `python` is on PATH next to python3, as in E2B's sandboxes (Debian's
+// python-is-python3, which make deps installs on the host).
+func TestLocalPythonOnPath(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	_, err := os.Stat("/usr/bin/python")
+	sandboxestest.Require(t, err == nil, "Debian's python-is-python3 (make deps)")
+	sb := newLocal(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := sb.Commands().Run(ctx, "python -c 'print(6 * 7)'")
+	if err != nil || strings.TrimSpace(res.Stdout) != "42" {
+		t.Fatalf("python: %+v %v", res, err)
+	}
+}

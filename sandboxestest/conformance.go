@@ -180,6 +180,82 @@ H()`)
 		}
 	})
 
+	t.Run("MIMEAccessors", func(t *testing.T) {
+		ex := run(t, sb, `class R:
+    def _repr_markdown_(self): return "# md"
+    def _repr_svg_(self): return "<svg/>"
+    def _repr_json_(self): return {"k": [1, 2]}
+    def _repr_latex_(self): return "$x$"
+    def _repr_javascript_(self): return "1;"
+    def _repr_pdf_(self): return b"%PDF-1.4"
+R()`)
+		if len(ex.Results) != 1 {
+			t.Fatalf("results = %+v (%v)", ex.Results, ex.Error)
+		}
+		r := ex.Results[0]
+		j, _ := r.JSON().(map[string]any)
+		if r.Markdown() != "# md" || r.SVG() != "<svg/>" || r.LaTeX() != "$x$" || r.JavaScript() != "1;" || string(r.PDF()) != "%PDF-1.4" || j == nil || len(j["k"].([]any)) != 2 {
+			t.Fatalf("accessors: %+v", r.Data)
+		}
+		if r.Chart() != nil || r.DataFrame() != nil {
+			t.Fatalf("chart/data on a plain object: %+v", r.Data)
+		}
+	})
+
+	t.Run("IPythonCells", func(t *testing.T) {
+		ex := run(t, sb, "    v = !echo one; echo two\n    %cd /tmp\n    %%sh_not_first_line = 1\n")
+		if ex.Error == nil || ex.Error.Name != "SyntaxError" {
+			// %%magic is only a cell magic on the first line (IPython's rule).
+			t.Fatalf("%%%% in the middle of a cell: %v", ex.Error)
+		}
+		ex = run(t, sb, "    v = !echo one; echo two\n    %cd /tmp\n    import os\n    (v, os.getcwd())")
+		if ex.Error != nil || ex.Text() != "(['one', 'two'], '/tmp')" {
+			t.Fatalf("indented cell with !/%%: %q %v", ex.Text(), ex.Error)
+		}
+		ex = run(t, sb, "%%sh\necho from sh\n")
+		if ex.Error != nil || ex.Stdout() != "from sh\n" {
+			t.Fatalf("%%%%sh: %q %v", ex.Stdout(), ex.Error)
+		}
+	})
+
+	t.Run("ChartsAndDataFrames", func(t *testing.T) {
+		if !o.Rich {
+			t.Skip("this variant's image has no numpy/matplotlib")
+		}
+		ex := run(t, sb, `import matplotlib.pyplot as plt
+plt.bar(['a', 'b'], [3, 4], label='g')
+plt.title('T'); plt.xlabel('X (m)')
+plt.show()`)
+		var c *sandboxes.Chart
+		for _, r := range ex.Results {
+			if r.PNG() != nil {
+				c = r.Chart()
+			}
+		}
+		if c == nil || c.Type != sandboxes.ChartBar || c.Title != "T" || c.XLabel != "X (m)" || c.XUnit != "m" || len(c.Elements) != 2 ||
+			c.Elements[1].Label != "b" || c.Elements[1].Value == nil || *c.Elements[1].Value != 4 || c.Elements[1].Group != "g" {
+			t.Fatalf("bar chart: %+v (%v)", c, ex.Error)
+		}
+		ex = run(t, sb, `import matplotlib.pyplot as plt
+fig, axs = plt.subplots(1, 2)
+axs[0].plot([1, 2], [3, 4], label='l')
+axs[1].pie([1, 3])
+plt.show()`)
+		c = nil
+		for _, r := range ex.Results {
+			c = r.Chart()
+		}
+		if c == nil || c.Type != sandboxes.ChartSuperchart || len(c.Charts) != 2 || c.Charts[0].Type != sandboxes.ChartLine ||
+			len(c.Charts[0].Elements) != 1 || len(c.Charts[0].Elements[0].Points) != 2 || c.Charts[1].Type != sandboxes.ChartPie || c.Charts[1].Elements[1].Angle != 270 {
+			t.Fatalf("superchart: %+v (%v)", c, ex.Error)
+		}
+		ex = run(t, sb, "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', None]})")
+		df := ex.Results[0].DataFrame()
+		if len(df) != 2 || len(df["a"]) != 2 || df["b"][0] != "x" || df["b"][1] != nil {
+			t.Fatalf("DataFrame: %+v (%v)", ex.Results, ex.Error)
+		}
+	})
+
 	t.Run("ContextsAreIsolated", func(t *testing.T) {
 		c, err := sb.CreateContext(ctx, sandboxes.ContextOptions{})
 		if err != nil {

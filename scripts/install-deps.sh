@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the sandboxes and the tests need from Debian's packages, when
-# missing: the python3 that sandboxes run (with numpy, pandas, matplotlib),
+# missing: the python3 that sandboxes run (with numpy, pandas, matplotlib;
+# `python` too, as E2B's sandboxes have it),
 # ipykernel + jupyter_client for the benchmark's Jupyter baseline, bubblewrap
 # for the isolation baseline, mmdebstrap for building environments, and a Docker engine (docker.io: dockerd and the
 # docker CLI) for the docker variant's tests, which scripts/with-dockerd.sh
@@ -13,7 +14,7 @@ set -euo pipefail
 if [ "${1:-}" = run ]; then
   pkgs=(python3)
 else
-pkgs=(python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap)
+pkgs=(python3 python-is-python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap)
 # Any Docker engine will do (Docker's own docker-ce packages too): Debian's
 # docker.io only when there is no dockerd at all.
 # (/usr/sbin is not on every user's PATH.)

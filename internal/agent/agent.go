@@ -28,8 +28,9 @@ import (
 
 // Version is what /x/info reports and what an E2B-compatible server can hand
 // out as envdVersion: the envd feature level we implement (octet-stream
-// uploads, closeStdin, default user) — see e2b-protocol.md §3.9.
-const Version = "0.5.7"
+// uploads, closeStdin, default user, upload metadata 0.6.2, entry info in
+// watch events 0.6.3, allow_network_mounts 0.6.4) — see e2b-protocol.md §3.9.
+const Version = "0.6.4"
 
 // Config is how the launcher parameterises the agent.
 type Config struct {

@@ -529,3 +529,44 @@ func TestTokenAlternatives(t *testing.T) {
 		}
 	}
 }
+
+// /execute answers its headers before the cell produces anything (and before
+// the first keepalive, 5 s): a sandbox killed mid-run must look to the SDK
+// like a response cut off, not a request that never answered.
+func TestExecuteHeadersAtOnce(t *testing.T) {
+	a := startAgent(t, "")
+	gate := filepath.Join(t.TempDir(), "gate")
+	code := fmt.Sprintf("import os, time\nwhile not os.path.exists(%q): time.sleep(0.02)\n'done'", gate)
+	body, _ := json.Marshal(map[string]string{"code": code})
+	req, _ := http.NewRequest("POST", "http://sandbox/execute", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	got := make(chan *http.Response, 1)
+	go func() {
+		resp, err := a.hc.Do(req)
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- resp
+	}()
+	var resp *http.Response
+	select {
+	case resp = <-got:
+	case <-time.After(4 * time.Second):
+		os.WriteFile(gate, nil, 0o644)
+		t.Fatal("no response headers while the cell runs")
+	}
+	if resp == nil {
+		t.FailNow()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("%d %v", resp.StatusCode, resp.Header)
+	}
+	os.WriteFile(gate, nil, 0o644)
+	b, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(b), `"done"`) || !strings.Contains(string(b), "end_of_execution") {
+		t.Fatalf("body %s", b)
+	}
+}

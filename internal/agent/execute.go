@@ -135,6 +135,11 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	lw := newLineWriter(w)
 	defer lw.close()
+	// The headers go out now, not with the first line (which may be a long
+	// time coming): a client whose sandbox dies mid-run then sees a response
+	// in progress cut off, which E2B's SDKs report as "killed while the
+	// request was in progress", rather than a request that never answered.
+	lw.flushHeaders()
 	s.touch()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -250,6 +255,15 @@ func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 	if !flush {
 		return
 	}
+	if err := lw.rc.Flush(); err != nil {
+		lw.broken = true
+	}
+}
+
+func (lw *lineWriter) flushHeaders() {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 	if err := lw.rc.Flush(); err != nil {
 		lw.broken = true
 	}

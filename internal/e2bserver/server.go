@@ -47,8 +47,9 @@ import (
 
 // EnvdVersion is the envd version our agent implements (docs/agent-protocol.md).
 // The SDKs gate features on it, so it must not claim more than the agent does:
-// 0.5.7 has octet-stream uploads but not upload metadata (0.6.2).
-const EnvdVersion = "0.5.7"
+// 0.6.2 upload metadata, 0.6.3 entry info in watch events, 0.6.4
+// allow_network_mounts (the newest the SDK checks for).
+const EnvdVersion = "0.6.4"
 
 // clientID is the constant E2B's API returns in the deprecated clientID field;
 // the Python SDK requires the key to be present.

@@ -296,16 +296,34 @@ func (h *filesHandler) upload(w http.ResponseWriter, r *http.Request) error {
 	return json.NewEncoder(w).Encode(out)
 }
 
-// uploadMetadata collects X-Metadata-<key> headers (keys lowercased).
+// Metadata bounds, as envd's: a key fits the VFS xattr-name limit (255)
+// minus the prefix, and all of a file's metadata (prefix counted per key)
+// fits one inode's xattr budget.
+const (
+	maxMetadataKey   = 255 - len(metadataXattrPrefix)
+	maxMetadataTotal = 4096
+)
+
+// uploadMetadata collects X-Metadata-<key> headers (keys lowercased; the
+// first value of a repeated header). Keys and values must be printable
+// US-ASCII, within envd's size caps.
 func uploadMetadata(h http.Header) (map[string]string, error) {
 	var meta map[string]string
+	total := 0
 	for k, vs := range h {
 		key, ok := strings.CutPrefix(strings.ToLower(k), "x-metadata-")
 		if !ok || len(vs) == 0 {
 			continue
 		}
-		if key == "" || strings.ContainsAny(key, "\x00") {
-			return nil, errorf(http.StatusBadRequest, "invalid metadata header %q", k)
+		if key == "" || !printableASCII(key) || len(key) > maxMetadataKey {
+			return nil, errorf(http.StatusBadRequest, "invalid metadata key %q: 1 to %d printable US-ASCII bytes", key, maxMetadataKey)
+		}
+		if !printableASCII(vs[0]) {
+			return nil, errorf(http.StatusBadRequest, "invalid metadata value for key %q: printable US-ASCII only", key)
+		}
+		total += len(metadataXattrPrefix) + len(key) + len(vs[0])
+		if total > maxMetadataTotal {
+			return nil, errorf(http.StatusBadRequest, "metadata too large: over %d bytes (keys, values and the %q prefix per key)", maxMetadataTotal, metadataXattrPrefix)
 		}
 		if meta == nil {
 			meta = map[string]string{}
@@ -315,96 +333,153 @@ func uploadMetadata(h http.Header) (map[string]string, error) {
 	return meta, nil
 }
 
-// store writes src to dest (a client path) atomically: data goes to a temp
-// file in the same directory which is renamed over dest only when complete,
-// so a failed or aborted upload never leaves a partial file.
-func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string]string) (uploadedEntry, error) {
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// store writes src to dest (a client path) in place, as envd does: the
+// target is created (0644, owned by the user) or opened, truncated and
+// written, so watchers see CREATE/WRITE on its own name and never a
+// temporary one. An upload that fails midway removes a file it created; an
+// overwritten file keeps what had arrived (envd's behaviour too). Only regular files are written: anything else at the path
+// (a FIFO, a device, a socket) is refused before it is opened for writing,
+// and the open is non-blocking and re-checked, so a FIFO swapped in between
+// can neither block the handler nor be written to.
+func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string]string) (_ uploadedEntry, rerr error) {
 	p, err := h.resolve(dest, u)
 	if err != nil {
 		return uploadedEntry{}, err
 	}
-	mode := fs.FileMode(0o644)
-	uid, gid := int(u.UID), int(u.GID)
 	if fi, err := os.Stat(p); err == nil {
 		if fi.IsDir() {
 			return uploadedEntry{}, errorf(http.StatusBadRequest, "path %s is a directory", p)
 		}
-		// Overwriting keeps the file's mode and owner, as an O_TRUNC write would.
-		mode = fi.Mode().Perm()
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			uid, gid = int(st.Uid), int(st.Gid)
+		if !fi.Mode().IsRegular() {
+			return uploadedEntry{}, errorf(http.StatusBadRequest, "path %s is not a regular file (%s): refusing to write to it", p, fi.Mode().Type())
 		}
 	}
 	dir := filepath.Dir(p)
 	if err := mkdirAllAs(dir, u); err != nil {
 		return uploadedEntry{}, osHTTPError("create directory "+dir, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(p)+".upload-*")
-	if err != nil {
-		return uploadedEntry{}, osHTTPError("create "+p, err)
+	const flags = os.O_WRONLY | syscall.O_NONBLOCK | syscall.O_CLOEXEC
+	created := true
+	f, err := os.OpenFile(p, flags|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		created = false
+		f, err = os.OpenFile(p, flags, 0)
 	}
-	committed := false
+	if err != nil {
+		if errors.Is(err, syscall.ENXIO) {
+			return uploadedEntry{}, errorf(http.StatusBadRequest, "path %s is not a regular file: refusing to write to it", p)
+		}
+		return uploadedEntry{}, osHTTPError("open "+p, err)
+	}
 	defer func() {
-		if !committed {
-			tmp.Close()
-			os.Remove(tmp.Name())
+		f.Close()
+		if rerr != nil && created {
+			os.Remove(p)
 		}
 	}()
+	fi, err := f.Stat()
+	if err != nil {
+		return uploadedEntry{}, osHTTPError("stat "+p, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return uploadedEntry{}, errorf(http.StatusBadRequest, "path %s is not a regular file (%s): refusing to write to it", p, fi.Mode().Type())
+	}
+	if created {
+		// The umask may have narrowed 0644; a new upload is 0644 as envd's
+		// (no chmod otherwise: watchers would see a CHMOD envd never sends).
+		if fi.Mode().Perm() != 0o644 {
+			if err := f.Chmod(0o644); err != nil {
+				return uploadedEntry{}, osHTTPError("chmod "+p, err)
+			}
+		}
+		if asRoot() {
+			if err := f.Chown(int(u.UID), int(u.GID)); err != nil {
+				return uploadedEntry{}, osHTTPError("chown "+p, err)
+			}
+		}
+	} else if err := f.Truncate(0); err != nil {
+		// Overwriting keeps the file's mode and owner, as an O_TRUNC write.
+		return uploadedEntry{}, osHTTPError("truncate "+p, err)
+	}
 	buf := make([]byte, copyBufSize)
 	for {
-		n, rerr := src.Read(buf)
+		n, readErr := src.Read(buf)
 		if n > 0 {
-			if _, werr := tmp.Write(buf[:n]); werr != nil {
+			if _, werr := f.Write(buf[:n]); werr != nil {
 				return uploadedEntry{}, osHTTPError("write "+p, werr)
 			}
 		}
-		if errors.Is(rerr, io.EOF) {
+		if errors.Is(readErr, io.EOF) {
 			break
 		}
-		if rerr != nil {
-			return uploadedEntry{}, errorf(http.StatusBadRequest, "reading upload of %s: %v", p, rerr)
+		if readErr != nil {
+			return uploadedEntry{}, errorf(http.StatusBadRequest, "reading upload of %s: %v", p, readErr)
 		}
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		return uploadedEntry{}, osHTTPError("chmod "+p, err)
-	}
-	if asRoot() {
-		if err := tmp.Chown(uid, gid); err != nil {
-			return uploadedEntry{}, osHTTPError("chown "+p, err)
-		}
-	}
-	if err := setMetadata(tmp, meta); err != nil {
+	if err := replaceMetadata(f, meta); err != nil {
 		return uploadedEntry{}, err
 	}
-	if err := tmp.Close(); err != nil {
+	if err := f.Close(); err != nil {
 		return uploadedEntry{}, osHTTPError("write "+p, err)
 	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return uploadedEntry{}, osHTTPError("rename into "+p, err)
-	}
-	committed = true
 	return uploadedEntry{Path: p, Name: filepath.Base(p), Type: "file", Metadata: meta}, nil
 }
 
-// setMetadata stores metadata as user.e2b.<key> xattrs (envd's scheme).
-func setMetadata(f *os.File, meta map[string]string) error {
-	for k, v := range meta {
-		rc, err := f.SyscallConn()
+// replaceMetadata makes meta the file's user.e2b.* xattrs (envd's scheme):
+// keys stored before and absent now are removed, so an upload without
+// metadata clears it.
+func replaceMetadata(f *os.File, meta map[string]string) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var xerr error
+	if err := rc.Control(func(fd uintptr) {
+		var names [64 << 10]byte
+		n, err := unix.Flistxattr(int(fd), names[:])
 		if err != nil {
-			return err
-		}
-		var xerr error
-		if err := rc.Control(func(fd uintptr) {
-			xerr = unix.Fsetxattr(int(fd), metadataXattrPrefix+k, []byte(v), 0)
-		}); err != nil {
-			return err
-		}
-		if xerr != nil {
-			if errors.Is(xerr, unix.ENOTSUP) {
-				return errorf(http.StatusBadRequest, "file metadata is not supported on this filesystem (%s)", filepath.Dir(f.Name()))
+			if !errors.Is(err, unix.ENOTSUP) {
+				xerr = err
+				return
 			}
-			return osHTTPError("set metadata on "+f.Name(), xerr)
+			n = 0
 		}
+		for name := range strings.SplitSeq(string(names[:n]), "\x00") {
+			key, ok := strings.CutPrefix(name, metadataXattrPrefix)
+			if !ok {
+				continue
+			}
+			if _, keep := meta[key]; keep {
+				continue
+			}
+			if err := unix.Fremovexattr(int(fd), name); err != nil && !errors.Is(err, unix.ENODATA) {
+				xerr = err
+				return
+			}
+		}
+		for k, v := range meta {
+			if err := unix.Fsetxattr(int(fd), metadataXattrPrefix+k, []byte(v), 0); err != nil {
+				xerr = err
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	if xerr != nil {
+		if errors.Is(xerr, unix.ENOTSUP) {
+			return errorf(http.StatusBadRequest, "file metadata is not supported on this filesystem (%s)", filepath.Dir(f.Name()))
+		}
+		return osHTTPError("set metadata on "+f.Name(), xerr)
 	}
 	return nil
 }

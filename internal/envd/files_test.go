@@ -3,6 +3,7 @@ package envd
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
+
+	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 )
 
 func filesURL(base string, q ...string) string {
@@ -238,23 +242,150 @@ func (r *failingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func TestFailedUploadLeavesNoPartialFile(t *testing.T) {
+// A failed upload of a new file leaves nothing behind; an overwrite is in
+// place (as envd's), so the file then holds what had arrived.
+func TestFailedUploadRemovesNewFile(t *testing.T) {
 	env := newTestEnv(t)
 	dir := t.TempDir()
-	p := filepath.Join(dir, "keep.txt")
-	os.WriteFile(p, []byte("original"), 0o644)
+	p := filepath.Join(dir, "new.txt")
 	req, _ := http.NewRequest(http.MethodPost, filesURL(env.url, "path", p), &failingReader{n: 1 << 20})
 	req.Header.Set("Content-Type", "application/octet-stream")
 	req.ContentLength = 10 << 20
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 	}
-	eventually(t, 5*time.Second, "temp file cleaned up", func() bool {
+	eventually(t, 5*time.Second, "partial new file removed", func() bool {
 		es, _ := os.ReadDir(dir)
-		return len(es) == 1
+		return len(es) == 0
 	})
-	if got, _ := os.ReadFile(p); string(got) != "original" {
-		t.Fatalf("original clobbered: %q", got)
+}
+
+// Uploads write in place: a watcher sees CREATE/WRITE on the target's own
+// name and no temporary names; an overwrite keeps mode, owner and inode.
+func TestUploadInPlace(t *testing.T) {
+	env := newTestEnv(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "target.txt")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	s, err := env.fs().WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Receive() || s.Msg().GetStart() == nil {
+		t.Fatalf("first frame must be start: %v %v", s.Msg(), s.Err())
+	}
+	for _, body := range []string{"first", "second"} {
+		resp, b := post(t, filesURL(env.url, "path", p), "application/octet-stream", strings.NewReader(body))
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "end"), nil, 0o644) // marks the end of the uploads' events
+	var names []string
+	writes := 0
+	for s.Receive() {
+		ev := s.Msg().GetFilesystem()
+		if ev == nil {
+			continue
+		}
+		if ev.Name == "end" {
+			break
+		}
+		names = append(names, ev.Name)
+		if ev.Name == "target.txt" && ev.Type == fspb.EventType_EVENT_TYPE_WRITE {
+			writes++
+		}
+	}
+	for _, n := range names {
+		if n != "target.txt" {
+			t.Fatalf("watcher saw %q (events on %v): uploads must not use temporary names", n, names)
+		}
+	}
+	if writes == 0 { // inotify may merge the two uploads' writes into one event
+		t.Fatalf("want WRITE events on target.txt, events on %v", names)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "second" {
+		t.Fatalf("content %q", got)
+	}
+	// An overwrite keeps the inode and the mode (an O_TRUNC write).
+	os.Chmod(p, 0o600)
+	var before, after unix.Stat_t
+	unix.Stat(p, &before)
+	resp, b := post(t, filesURL(env.url, "path", p), "application/octet-stream", strings.NewReader("third"))
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	unix.Stat(p, &after)
+	if after.Ino != before.Ino || after.Mode&0o777 != 0o600 {
+		t.Fatalf("overwrite replaced the file: inode %d→%d, mode %o", before.Ino, after.Ino, after.Mode&0o777)
+	}
+}
+
+// A FIFO (or anything not a regular file) at the target is refused at once:
+// it must neither block the handler nor receive the upload.
+func TestUploadRefusesNonRegular(t *testing.T) {
+	env := newTestEnv(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var resp *http.Response
+	var b []byte
+	go func() {
+		defer close(done)
+		resp, b = post(t, filesURL(env.url, "path", fifo), "application/octet-stream", strings.NewReader("x"))
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("upload to a FIFO blocked")
+	}
+	checkJSONError(t, resp, b, 400, "not a regular file")
+	resp, b = post(t, filesURL(env.url, "path", "/dev/null"), "application/octet-stream", strings.NewReader("x"))
+	checkJSONError(t, resp, b, 400, "not a regular file")
+}
+
+// Metadata: replaced by each upload (an upload without it clears it),
+// validated like envd's (printable US-ASCII, bounded); a refused upload
+// creates nothing.
+func TestUploadMetadataReplaceAndValidate(t *testing.T) {
+	env := newTestEnv(t)
+	dir := t.TempDir()
+	p := filepath.Join(dir, "m.txt")
+	resp, b := post(t, filesURL(env.url, "path", p), "application/octet-stream", strings.NewReader("1"), "X-Metadata-A", "1", "X-Metadata-B", "2")
+	if resp.StatusCode == 400 && strings.Contains(string(b), "not supported") {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no user xattrs on %s in CI: %s", dir, b)
+		}
+		t.Skip("no user xattrs on this filesystem")
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	resp, b = post(t, filesURL(env.url, "path", p), "application/octet-stream", strings.NewReader("2"), "X-Metadata-B", "3")
+	if md := readMetadata(p); resp.StatusCode != 200 || len(md) != 1 || md["b"] != "3" {
+		t.Fatalf("after replace: %v (%d %s)", md, resp.StatusCode, b)
+	}
+	resp, b = post(t, filesURL(env.url, "path", p), "application/octet-stream", strings.NewReader("3"))
+	if md := readMetadata(p); resp.StatusCode != 200 || md != nil {
+		t.Fatalf("after an upload without metadata: %v (%d %s)", md, resp.StatusCode, b)
+	}
+	q := filepath.Join(dir, "refused.txt")
+	for _, h := range [][2]string{
+		{"X-Metadata-Good", "bad\tvalue"},
+		{"X-Metadata-Good", "caf\u00e9"},
+		{"X-Metadata-" + strings.Repeat("k", 247), "v"},
+		{"X-Metadata-Big", strings.Repeat("v", 5000)},
+	} {
+		resp, b = post(t, filesURL(env.url, "path", q), "application/octet-stream", strings.NewReader("x"), h[0], h[1])
+		checkJSONError(t, resp, b, 400, "metadata")
+		if _, err := os.Stat(q); err == nil {
+			t.Fatalf("a refused upload (%s) created the file", h[0])
+		}
 	}
 }
 

@@ -390,7 +390,257 @@ def _is_figure(obj):
 def _figure_bundle(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
-    return {"image/png": buf.getvalue(), "text/plain": repr(fig)}, {}
+    data = {"image/png": buf.getvalue(), "text/plain": repr(fig)}
+    # After savefig: the figure is drawn, so tick labels have their text.
+    try:
+        chart = _chart_of_figure(fig)
+    except Exception as e:  # a chart is a bonus; the PNG is the result
+        _note("[display] no chart data for this figure: %s: %s" % (type(e).__name__, e))
+        chart = None
+    if chart is not None:
+        data["e2b/chart"] = chart
+    return data, {}
+
+
+# ---------------------------------------------------------------- charts
+#
+# E2B's chart JSON (the code interpreter SDK's Chart types) read from a drawn
+# matplotlib figure: one axes gives a line, scatter, bar, pie or
+# box_and_whisker chart (or "unknown" with just its title), several give a
+# superchart of them. Only public matplotlib API, plus the figure's suptitle.
+
+
+def _jnum(v):
+    """A JSON-safe number: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(v, (bool, int)):
+        return v
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if f != f or f in (float("inf"), float("-inf")):
+        return None
+    return f
+
+
+def _axis_scale(ax, which):
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    get = getattr(axis, "get_converter", None)
+    conv = get() if get is not None else getattr(axis, "converter", None)
+    mod = type(conv).__module__ if conv is not None else ""
+    if mod == "matplotlib.dates":
+        return "datetime"
+    if mod == "matplotlib.category":
+        return "categorical"
+    scale = ax.get_xscale() if which == "x" else ax.get_yscale()
+    return scale if scale in ("linear", "log", "symlog", "logit", "function", "functionlog", "asinh") else "linear"
+
+
+def _axis_value(v, scale, cats=None):
+    """A plotted (converted) value as E2B shows it: ISO dates on a datetime
+    axis, the category on a categorical one, else the number."""
+    if scale == "datetime":
+        from matplotlib.dates import num2date
+
+        try:
+            return num2date(float(v)).isoformat()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    if scale == "categorical" and cats is not None:
+        try:
+            i = int(round(float(v)))
+        except (TypeError, ValueError):
+            return None
+        if 0 <= i < len(cats) and abs(float(v) - i) < 1e-9:
+            return cats[i]
+    return _jnum(v)
+
+
+def _categories(ax, which):
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    units = getattr(axis, "units", None)
+    mapping = getattr(units, "_mapping", None)  # category.UnitData: label -> position
+    if not mapping:
+        return None
+    cats = [None] * len(mapping)
+    for label, pos in mapping.items():
+        if 0 <= int(pos) < len(cats):
+            cats[int(pos)] = label.decode() if isinstance(label, bytes) else str(label)
+    return cats
+
+
+def _label_and_unit(text):
+    """'Time (s)' -> ('Time (s)', 's'): the unit is the last (...) or [...]."""
+    import re
+
+    if not text:
+        return None, None
+    m = re.search(r"[\(\[]([^()\[\]]+)[\)\]]\s*$", text)
+    return text, (m.group(1).strip() if m else None)
+
+
+def _chart_base(ax, typ):
+    return {"type": typ, "title": ax.get_title() or None, "elements": []}
+
+
+def _chart_2d(ax, typ):
+    c = _chart_base(ax, typ)
+    c["x_label"], c["x_unit"] = _label_and_unit(ax.get_xlabel())
+    c["y_label"], c["y_unit"] = _label_and_unit(ax.get_ylabel())
+    return c
+
+
+def _chart_points(ax, typ):
+    c = _chart_2d(ax, typ)
+    for w in ("x", "y"):
+        scale = _axis_scale(ax, w)
+        cats = _categories(ax, w) if scale == "categorical" else None
+        ticks = ax.get_xticks() if w == "x" else ax.get_yticks()
+        labels = ax.get_xticklabels() if w == "x" else ax.get_yticklabels()
+        c[w + "_scale"] = scale
+        c[w + "_ticks"] = [_axis_value(t, scale, cats) for t in ticks]
+        c[w + "_tick_labels"] = [t.get_text() for t in labels]
+        c["_" + w] = (scale, cats)
+    return c
+
+
+def _points(c, xs, ys):
+    (sx, cx), (sy, cy) = c["_x"], c["_y"]
+    return [[_axis_value(x, sx, cx), _axis_value(y, sy, cy)] for x, y in zip(xs, ys)]
+
+
+def _tick_label_at(ax, which, pos):
+    ticks = ax.get_xticks() if which == "x" else ax.get_yticks()
+    labels = ax.get_xticklabels() if which == "x" else ax.get_yticklabels()
+    for t, lab in zip(ticks, labels):
+        if abs(float(t) - pos) < 1e-6 * max(1.0, abs(pos)):
+            return lab.get_text()
+    v = _jnum(pos)
+    return str(v)
+
+
+def _kinds(ax):
+    """The data artists of ax (text, legends, grid lines and spines aside)."""
+    return list(ax.lines) + list(ax.collections) + list(ax.patches) + list(ax.images) + list(ax.tables) + list(ax.artists)
+
+
+def _isa(a, name):
+    """isinstance by class name: no matplotlib import needed to classify."""
+    return any(k.__name__ == name for k in type(a).__mro__)
+
+
+def _chart_type(ax):
+    arts = _kinds(ax)
+    if not arts:
+        return None
+    if all(_isa(a, "Line2D") for a in arts):
+        return "line"
+    if all(_isa(a, "Line2D") or _isa(a, "PathPatch") for a in arts):
+        return "box_and_whisker"
+    if all(_isa(a, "PathCollection") for a in arts):
+        return "scatter"
+    if all(_isa(a, "Wedge") for a in arts):
+        return "pie"
+    if all(type(a).__name__ == "Rectangle" for a in arts):
+        return "bar"
+    return "unknown"
+
+
+def _chart_of_ax(ax):
+    typ = _chart_type(ax)
+    if typ is None:
+        return None
+    if typ == "line":
+        c = _chart_points(ax, "line")
+        for ln in ax.lines:
+            c["elements"].append({"label": ln.get_label(), "points": _points(c, ln.get_xdata(orig=False), ln.get_ydata(orig=False))})
+    elif typ == "scatter":
+        c = _chart_points(ax, "scatter")
+        for col in ax.collections:
+            off = col.get_offsets()
+            c["elements"].append({"label": col.get_label(), "points": _points(c, [p[0] for p in off], [p[1] for p in off])})
+    elif typ == "bar":
+        c = _chart_2d(ax, "bar")
+        seen = set()
+        for cont in getattr(ax, "containers", []):
+            if type(cont).__name__ != "BarContainer":
+                continue
+            group = cont.get_label() or ""
+            horiz = getattr(cont, "orientation", "vertical") == "horizontal"
+            for p in cont.patches:
+                seen.add(id(p))
+                c["elements"].append(_bar(ax, p, group, horiz))
+        for p in ax.patches:
+            if id(p) not in seen:
+                c["elements"].append(_bar(ax, p, "", False))
+    elif typ == "pie":
+        c = _chart_base(ax, "pie")
+        for w in ax.patches:
+            c["elements"].append({"label": w.get_label(), "angle": round(abs(w.theta2 - w.theta1), 4), "radius": _jnum(w.r)})
+    elif typ == "box_and_whisker":
+        c = _chart_2d(ax, "box_and_whisker")
+        c["elements"] = _boxes(ax)
+    else:
+        c = _chart_base(ax, "unknown")
+    for k in ("_x", "_y"):
+        c.pop(k, None)
+    return c
+
+
+def _bar(ax, p, group, horiz):
+    if horiz:
+        pos, value = p.get_y() + p.get_height() / 2, p.get_width()
+        label = _tick_label_at(ax, "y", pos)
+    else:
+        pos, value = p.get_x() + p.get_width() / 2, p.get_height()
+        label = _tick_label_at(ax, "x", pos)
+    return {"label": label, "value": _jnum(value), "group": group}
+
+
+def _boxes(ax):
+    """Box plots drawn with patch_artist=True: a PathPatch per box (q1..q3),
+    Line2Ds for median, whiskers, caps and fliers within its x range."""
+    out = []
+    boxes = [p for p in ax.patches if _isa(p, "PathPatch")]
+    spans = []
+    for b in boxes:
+        vs = b.get_path().vertices
+        xs = [float(v[0]) for v in vs]
+        ys = [float(v[1]) for v in vs]
+        spans.append((min(xs), max(xs), min(ys), max(ys)))
+    order = sorted(range(len(boxes)), key=lambda i: spans[i][0])
+    for i in order:
+        x0, x1, q1, q3 = spans[i]
+        eps = 1e-9 * max(1.0, abs(x1 - x0))
+        lo, hi, med, outliers = q1, q3, None, []
+        for ln in ax.lines:
+            xd = [float(v) for v in ln.get_xdata(orig=False)]
+            yd = [float(v) for v in ln.get_ydata(orig=False)]
+            if not xd or min(xd) < x0 - eps or max(xd) > x1 + eps:
+                continue
+            if ln.get_linestyle() in ("None", "", " "):
+                outliers.extend(_jnum(y) for y in yd)
+                continue
+            if len(set(xd)) == 1:  # a whisker
+                lo, hi = min(lo, min(yd)), max(hi, max(yd))
+            elif len(set(yd)) == 1 and q1 <= yd[0] <= q3 and abs(min(xd) - x0) <= eps and abs(max(xd) - x1) <= eps:
+                med = yd[0]
+        center = (x0 + x1) / 2
+        out.append({"label": _tick_label_at(ax, "x", center), "min": _jnum(lo), "first_quartile": _jnum(q1),
+                    "median": _jnum(med), "third_quartile": _jnum(q3), "max": _jnum(hi), "outliers": outliers})
+    return out
+
+
+def _chart_of_figure(fig):
+    axes = [ax for ax in fig.get_axes() if ax.has_data()]
+    if not axes:
+        return None  # a blank figure has no chart
+    if len(fig.get_axes()) > 1:
+        sup = getattr(fig, "_suptitle", None)
+        title = sup.get_text() if sup is not None else None
+        return {"type": "superchart", "title": title or None,
+                "elements": [c for c in (_chart_of_ax(ax) for ax in fig.get_axes()) if c is not None]}
+    return _chart_of_ax(axes[0])
 
 
 def _repr_warn(obj, meth, e):
@@ -437,6 +687,12 @@ def _bundle(obj, include=None, exclude=None):
                     md[mime] = m
             if r is not None:
                 data[mime] = r
+    pd = sys.modules.get("pandas")
+    if pd is not None and "e2b/data" not in data and isinstance(obj, pd.DataFrame):
+        try:
+            data["e2b/data"] = _frame_data(obj, pd)
+        except Exception as e:
+            _repr_warn(obj, "to_dict", e)
     if "text/plain" not in data:
         try:
             data["text/plain"] = repr(obj)
@@ -449,6 +705,30 @@ def _bundle(obj, include=None, exclude=None):
     if exclude:
         data = {k: v for k, v in data.items() if k not in exclude}
     return data, md
+
+
+def _frame_data(df, pd):
+    """E2B's Result.data for a DataFrame: {column: [values]}, timestamps as
+    ISO strings, NaN as null, numpy scalars as plain numbers."""
+
+    def cell(v):
+        if isinstance(v, pd.Timestamp):
+            return v.isoformat()
+        if v is None or isinstance(v, (str, bool)):
+            return v
+        if isinstance(v, (int, float)) or type(v).__module__ == "numpy":
+            n = _jnum(v)
+            if n is not None or not hasattr(v, "item"):
+                return n
+            return None
+        try:
+            if pd.isna(v):
+                return None
+        except (TypeError, ValueError):
+            pass
+        return str(v)
+
+    return {str(k): [cell(v) for v in vs] for k, vs in df.to_dict(orient="list").items()}
 
 
 def _publish(data, md, main):
@@ -539,11 +819,41 @@ def _patch_module(name, module):
         module.show = _plt_show
     elif name == "IPython.core.display_functions":
         module.display = display
+    elif name == "PIL.ImageShow":
+        # Image.show() displays the image as a result (E2B's too), ahead of
+        # any desktop viewer, which a sandbox has no screen for.
+        try:
+            module.register(_PILViewer(), -1)
+        except Exception:
+            pass
+    elif name == "PIL.Image":
+        # E2B's code interpreter shows an image saved to a path as a result.
+        img = getattr(module, "Image", None)
+        save = getattr(img, "save", None)
+        if save is not None and not getattr(save, "_cs_wrapped", False):
+            def saving(self, fp, *args, _save=save, **kwargs):
+                r = _save(self, fp, *args, **kwargs)
+                if isinstance(fp, (str, os.PathLike)):
+                    display(self)
+                return r
+
+            saving._cs_wrapped = True
+            img.save = saving
     elif name == "subprocess":
         popen = getattr(module, "Popen", None)
         f = getattr(popen, "_execute_child", None)
         if f is not None:
             popen._execute_child = _flushing(f)
+
+
+class _PILViewer:
+    """A PIL.ImageShow viewer that displays the image as a result."""
+
+    format = "PNG"
+
+    def show(self, image, **options):
+        display(image)
+        return 1
 
 
 class _ImportHook:
@@ -552,7 +862,7 @@ class _ImportHook:
     IPython's display() / subprocess (flush output before a child starts)
     right after their modules run."""
 
-    names = ("matplotlib", "matplotlib.pyplot", "IPython.core.display_functions", "subprocess")
+    names = ("matplotlib", "matplotlib.pyplot", "IPython.core.display_functions", "subprocess", "PIL.Image", "PIL.ImageShow")
 
     def find_spec(self, name, path=None, target=None):
         if name not in self.names:
@@ -576,6 +886,419 @@ class _ImportHook:
 
     def invalidate_caches(self):
         pass
+
+
+# ---------------------------------------------------------------- IPython
+#
+# Cells get IPython's input transforms without IPython: the first line's
+# indentation is removed from every line (a cell copied out of a block), and
+# at the start of a logical line `!cmd`, `!!cmd`, `x = !cmd`, `%magic args`,
+# `x = %magic args` and, on the first line, `%%magic args` become calls on
+# __cs__ (the same object get_ipython() returns, so code exported from a
+# notebook as get_ipython().system(...) runs too). Each transformed line stays
+# one line, so tracebacks keep the cell's line numbers.
+
+
+def _maybe_magic(src):
+    """Cheap pre-check: can _transform change src at all?"""
+    if "!" in src or "%" in src:
+        return True
+    for line in src.splitlines():
+        if line.strip():
+            return line[0] in " \t"
+    return False
+
+
+def _transform(src):
+    import re
+
+    lines = src.splitlines(True)
+    first = 0
+    while first < len(lines) and not lines[first].strip():
+        first += 1
+    if first == len(lines):
+        return src
+    ind = re.match(r"[ \t]*", lines[first]).group(0)
+    if ind:
+        n = len(ind)
+        lines = [l[n:] if l.startswith(ind) else l for l in lines]
+    head = lines[first].rstrip("\r\n")
+    if head.startswith("%%"):
+        name, args = (re.split(r"\s+", head[2:].strip(), 1) + [""])[:2]
+        body = "".join(lines[first + 1:])
+        return "\n" * first + "__cs__.cell_magic(%r, %r, %r)\n" % (name, args, body)
+    if not re.search(r"(?m)^[ \t]*(?:[\w.]+(?:[ \t]*,[ \t]*[\w.]+)*[ \t]*=[ \t]*)?[!%]", "".join(lines)):
+        return "".join(lines)
+    assign = re.compile(r"([ \t]*)([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)[ \t]*=[ \t]*([!%])(.*)$", re.S)
+    st = [0, None, False]  # bracket depth, open string quote, backslash continuation
+    out = []
+    for line in lines:
+        if st[0] == 0 and st[1] is None and not st[2]:
+            t = _escape_line(line, assign)
+            if t is not None:
+                out.append(t)
+                continue
+        _scan(line, st)
+        out.append(line)
+    return "".join(out)
+
+
+def _escape_line(line, assign):
+    body = line.rstrip("\r\n")
+    nl = line[len(body):]
+    text = body.lstrip(" \t")
+    ind = body[: len(body) - len(text)]
+    if text.startswith("!!"):
+        return "%s__cs__.getoutput(%r)%s" % (ind, text[2:], nl)
+    if text.startswith("!"):
+        return "%s__cs__.system(%r)%s" % (ind, text[1:], nl)
+    if text.startswith("%") and not text.startswith("%%") and len(text) > 1:
+        name, _, args = text[1:].partition(" ")
+        return "%s__cs__.line_magic(%r, %r)%s" % (ind, name, args.strip(), nl)
+    m = assign.match(body)
+    if m is None:
+        return None
+    ind, lhs, esc, rest = m.groups()
+    if esc == "!":
+        return "%s%s = __cs__.getoutput(%r)%s" % (ind, lhs, rest, nl)
+    if rest.startswith("%") or not rest[:1].isidentifier():
+        return None
+    name, _, args = rest.partition(" ")
+    return "%s%s = __cs__.line_magic(%r, %r)%s" % (ind, lhs, name, args.strip(), nl)
+
+
+def _scan(line, st):
+    """Advance the tokenizer state st over one line of Python: enough to tell
+    whether the next line starts a logical line (not inside brackets, a
+    string or a backslash continuation)."""
+    depth, q = st[0], st[1]
+    i, n = 0, len(line)
+    comment = False
+    while i < n:
+        c = line[i]
+        if q:
+            if c == "\\":
+                i += 2
+            elif line.startswith(q, i):
+                i += len(q)
+                q = None
+            else:
+                i += 1
+            continue
+        if c == "#":
+            comment = True
+            break
+        if c == "'" or c == '"':
+            q = c * 3 if line.startswith(c * 3, i) else c
+            i += len(q)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth = max(0, depth - 1)
+        i += 1
+    body = line.rstrip("\r\n")
+    if q is not None and len(q) == 1 and not body.endswith("\\"):
+        q = None  # unterminated one-line string: a syntax error, not our business
+    st[0], st[1] = depth, q
+    st[2] = q is None and not comment and body.endswith("\\")
+
+
+class SList(list):
+    """What x = !cmd gives: the output's lines, as IPython's SList."""
+
+    s = property(lambda self: " ".join(self), doc="lines joined by spaces")
+    spstr = s
+    n = property(lambda self: "\n".join(self), doc="lines joined by newlines")
+    nlstr = n
+    l = property(lambda self: list(self), doc="a plain list")
+    list = l
+
+
+class UsageError(Exception):
+    """A magic was misused or does not exist (IPython's name)."""
+
+
+def _fmt_time(t):
+    if t >= 1:
+        return "%.3g s" % t
+    for unit, f in (("ms", 1e3), ("µs", 1e6)):
+        if t * f >= 1:
+            return "%.3g %s" % (t * f, unit)
+    return "%.3g ns" % (t * 1e9)
+
+
+class _Shell:
+    """The object behind !, % and %% (and get_ipython()): IPython's magics
+    that cells pasted from notebooks use, on the stdlib."""
+
+    def __init__(self):
+        self._oldpwd = None
+
+    @property
+    def user_ns(self):
+        return _st.ns
+
+    def _ns(self, depth):
+        f = sys._getframe(depth + 1)
+        ns = dict(f.f_globals)
+        if f.f_locals is not f.f_globals:
+            ns.update(f.f_locals)
+        return ns
+
+    def var_expand(self, cmd, ns=None, depth=1):
+        """$name and {expr} from the caller's variables, $$ and {{ }} for
+        literal ones; the command unchanged if an expression fails (as IPython)."""
+        import re
+
+        if ns is None:
+            ns = self._ns(depth)
+
+        def rep(m):
+            t = m.group(0)
+            if t in ("$$", "{{", "}}"):
+                return t[0]
+            if m.group(1) is not None:
+                return str(ns[m.group(1)]) if m.group(1) in ns else t
+            return str(eval(m.group(2), ns))
+
+        try:
+            return re.sub(r"\$\$|\$([A-Za-z_]\w*)|\{\{|\}\}|\{([^{}]*)\}", rep, cmd)
+        except Exception:
+            return cmd
+
+    def _shell(self):
+        sh = os.environ.get("SHELL")
+        if not sh or not os.path.exists(sh):
+            sh = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+        return sh
+
+    def system(self, cmd, expand=True):
+        """!cmd: run in the shell, output streamed; its status in _exit_code."""
+        import subprocess
+
+        rc = subprocess.call(self.var_expand(cmd, depth=2) if expand else cmd, shell=True,
+                             executable=self._shell())
+        _st.ns["_exit_code"] = rc
+        return None
+
+    def getoutput(self, cmd, split=True, expand=True):
+        """x = !cmd: stdout and stderr together, as an SList of lines."""
+        import subprocess
+
+        if expand:
+            cmd = self.var_expand(cmd, depth=2)
+        p = subprocess.run(cmd, shell=True, executable=self._shell(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        _st.ns["_exit_code"] = p.returncode
+        text = p.stdout.decode("utf-8", "replace")
+        return SList(text.splitlines()) if split else text
+
+    def run_line_magic(self, name, line, _stack_depth=1):
+        f = getattr(self, "_m_" + name, None)
+        if f is None:
+            raise UsageError("Line magic function `%%%s` not found." % name)
+        return f(self.var_expand(line, depth=_stack_depth + 1) if name not in ("time", "timeit") else line)
+
+    def run_cell_magic(self, name, line, cell):
+        f = getattr(self, "_c_" + name, None)
+        if f is None:
+            raise UsageError("Cell magic `%%%%%s` not found." % name)
+        return f(line, cell)
+
+    def line_magic(self, name, line):
+        return self.run_line_magic(name, line, _stack_depth=2)
+
+    cell_magic = run_cell_magic
+
+    # line magics
+
+    def _m_pip(self, line):
+        import shlex
+        import subprocess
+
+        env = dict(os.environ)
+        # Debian marks its python "externally managed" (PEP 668); in a
+        # sandbox the user's own site is the right place, as pip falls back
+        # to when the system site is read-only.
+        env.setdefault("PIP_BREAK_SYSTEM_PACKAGES", "1")
+        rc = subprocess.call([sys.executable, "-m", "pip"] + shlex.split(line), env=env)
+        _st.ns["_exit_code"] = rc
+        args = shlex.split(line)
+        if args[:1] in (["install"], ["uninstall"]) and rc == 0:
+            import importlib
+            import site
+
+            usersite = site.getusersitepackages()
+            if os.path.isdir(usersite) and usersite not in sys.path:
+                site.addsitedir(usersite)
+            importlib.invalidate_caches()
+            print("Note: you may need to restart the kernel to use updated packages.")
+
+    def _m_cd(self, line):
+        arg = line.strip()
+        if arg.startswith(("'", '"')) and arg[-1:] == arg[:1] and len(arg) > 1:
+            arg = arg[1:-1]
+        if not arg:
+            arg = os.path.expanduser("~")
+        elif arg == "-":
+            if self._oldpwd is None:
+                raise UsageError("cd -: no previous directory")
+            arg = self._oldpwd
+        old = os.getcwd()
+        os.chdir(os.path.expanduser(arg))
+        self._oldpwd = old
+        os.environ["PWD"] = os.getcwd()
+        print(os.getcwd())
+
+    def _m_pwd(self, line):
+        return os.getcwd()
+
+    def _m_env(self, line):
+        import re
+
+        line = line.strip()
+        if not line:
+            return dict(os.environ)
+        m = re.match(r"([^\s=]+)\s*(?:=\s*|\s+)(.*)$", line, re.S)
+        if m is None:
+            if line not in os.environ:
+                raise UsageError("Environment does not have key: %s" % line)
+            return os.environ[line]
+        k, v = m.group(1), m.group(2)
+        os.environ[k] = v
+        print("env: %s=%s" % (k, v))
+
+    def _m_set_env(self, line):
+        k, _, v = line.strip().partition(" ")
+        if not k:
+            raise UsageError("usage: %set_env VAR value")
+        os.environ[k] = v.strip()
+        print("env: %s=%s" % (k, v.strip()))
+
+    def _m_matplotlib(self, line):
+        # Figures are always shown inline (as PNG and chart): nothing to set.
+        return None
+
+    def _m_time(self, line, cell=None):
+        import time
+
+        src = line if cell is None else cell
+        fn = "<timed>"
+        t0, c0 = time.perf_counter(), os.times()
+        try:
+            v = _run_source(src, fn)
+        finally:
+            t1, c1 = time.perf_counter(), os.times()
+            u, s = c1.user - c0.user, c1.system - c0.system
+            print("CPU times: user %s, sys: %s, total: %s" % (_fmt_time(u), _fmt_time(s), _fmt_time(u + s)))
+            print("Wall time: %s" % _fmt_time(t1 - t0))
+        return v
+
+    def _m_timeit(self, line, cell=None):
+        import timeit
+
+        src = line if cell is None else cell
+        t = timeit.Timer(src, globals=_st.ns)
+        number, _ = t.autorange()
+        runs = t.repeat(repeat=7, number=number)
+        per = [r / number for r in runs]
+        mean = sum(per) / len(per)
+        sd = (sum((x - mean) ** 2 for x in per) / len(per)) ** 0.5
+        print("%s ± %s per loop (mean ± std. dev. of %d runs, %d loops each)"
+              % (_fmt_time(mean), _fmt_time(sd), len(per), number))
+
+    def _m_who(self, line):
+        names = sorted(k for k, v in _st.ns.items() if not k.startswith("_")
+                       and k not in ("In", "Out") and type(v).__name__ != "module")
+        print("\t".join(names) if names else "Interactive namespace is empty.")
+
+    def _m_system(self, line):
+        return self.getoutput(line, expand=False)
+
+    _m_sx = _m_system
+
+    # cell magics
+
+    def _script(self, prog, line, cell):
+        import shlex
+        import subprocess
+
+        argv = [prog] + shlex.split(line)
+        p = subprocess.Popen(argv, stdin=subprocess.PIPE)
+        try:
+            p.communicate(cell.encode("utf-8", "surrogateescape"))
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+        _st.ns["_exit_code"] = p.returncode
+
+    def _c_bash(self, line, cell):
+        self._script("bash", line, cell)
+
+    def _c_sh(self, line, cell):
+        self._script("sh", line, cell)
+
+    def _c_script(self, line, cell):
+        import shlex
+
+        argv = shlex.split(line)
+        if not argv:
+            raise UsageError("usage: %%script PROGRAM [ARGS]")
+        self._script(argv[0], " ".join(shlex.quote(a) for a in argv[1:]), cell)
+
+    def _c_writefile(self, line, cell):
+        import shlex
+
+        args = shlex.split(line)
+        append = bool(args) and args[0] in ("-a", "--append")
+        if append:
+            args = args[1:]
+        if len(args) != 1:
+            raise UsageError("usage: %%writefile [-a] FILENAME")
+        path = os.path.expanduser(args[0])
+        exists = os.path.exists(path)
+        with open(path, "a" if append else "w", encoding="utf-8") as f:
+            f.write(cell)
+        print("%s %s" % ("Appending to" if append else ("Overwriting" if exists else "Writing"), args[0]))
+
+    def _c_time(self, line, cell):
+        return self._m_time(line, cell)
+
+    def _c_timeit(self, line, cell):
+        return self._m_timeit(line, cell)
+
+    def _c_capture(self, line, cell):
+        raise UsageError("%%capture is not supported by this kernel")
+
+    def _display_as(self, mime, cell):
+        _publish({mime: cell, "text/plain": "<%s>" % mime}, {}, False)
+
+    def _c_html(self, line, cell):
+        self._display_as("text/html", cell)
+
+    def _c_markdown(self, line, cell):
+        self._display_as("text/markdown", cell)
+
+    def _c_latex(self, line, cell):
+        self._display_as("text/latex", cell)
+
+    def _c_svg(self, line, cell):
+        self._display_as("image/svg+xml", cell)
+
+    def _c_javascript(self, line, cell):
+        self._display_as("application/javascript", cell)
+
+    _c_js = _c_javascript
+
+
+_shell = _Shell()
+
+
+def get_ipython():
+    """IPython's get_ipython(), for code exported from notebooks."""
+    return _shell
 
 
 # ---------------------------------------------------------------- cells
@@ -647,32 +1370,85 @@ def _exit_code(e):
     return 1
 
 
-def _exec_cell(count, src):
+def _split_last(src, fn):
+    """Parse a (transformed) cell: (statements, last expression or None)."""
     import _ast
 
-    fn = "<cell-%d>" % count
-    _st.cells[fn] = src
-    _register_cells()
-    try:
-        tree = compile(src, fn, "exec", _ONLY_AST | _FLAGS, dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
-        _send_error(e)
-        return None
+    tree = compile(src, fn, "exec", _ONLY_AST | _FLAGS, dont_inherit=True)
     body = tree.body
     last = None
     if body and isinstance(body[-1], _ast.Expr) and not _suppressed(src, body[-1]):
         last = body.pop()
+    return body, last
+
+
+def _run_parts(body, last, fn):
+    import _ast
+
+    if body:
+        _run_code(compile(_ast.Module(body=body, type_ignores=[]), fn, "exec", _FLAGS, dont_inherit=True))
+    if last is not None:
+        return _run_code(compile(_ast.Expression(body=last.value), fn, "eval", _FLAGS, dont_inherit=True))
+    return None
+
+
+def _run_source(src, fn):
+    """Run src (a cell body, e.g. under %%time) in the user's namespace;
+    returns the value of its last expression."""
+    if _maybe_magic(src):
+        src = _transform(src)
+    _st.cells[fn] = src
+    _register_cells()
+    body, last = _split_last(src, fn)
+    return _run_parts(body, last, fn)
+
+
+def _remember_input(count, src):
+    """IPython's input history: In[count] and _i are the cell running now."""
+    ns = _st.ns
+    hist = ns.get("In")
+    if isinstance(hist, list):
+        while len(hist) < count:
+            hist.append("")
+        if len(hist) == count:
+            hist.append(src)
+    ns["_i"] = src
+
+
+def _remember(count, v):
+    """IPython's output history: Out, _, __, ___ and _<count>."""
+    ns = _st.ns
+    if v is None:
+        return
+    out = ns.get("Out")
+    if isinstance(out, dict):
+        out[count] = v
+    ns["___"] = ns.get("__")
+    ns["__"] = ns.get("_")
+    ns["_"] = v
+    ns["_%d" % count] = v
+
+
+def _exec_cell(count, src):
+    fn = "<cell-%d>" % count
+    _remember_input(count, src)
     try:
-        if body:
-            _run_code(compile(_ast.Module(body=body, type_ignores=[]), fn, "exec", _FLAGS, dont_inherit=True))
-        if last is not None:
-            v = _run_code(compile(_ast.Expression(body=last.value), fn, "eval", _FLAGS, dont_inherit=True))
-            if v is not None:
-                _st.ns["_"] = v
-                data, md = _bundle(v)
-                _publish(data, md, True)
-                if _is_figure(v):
-                    _close_figure(v)
+        if _maybe_magic(src):
+            src = _transform(src)
+        _st.cells[fn] = src
+        _register_cells()
+        body, last = _split_last(src, fn)
+    except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
+        _send_error(e)
+        return None
+    try:
+        v = _run_parts(body, last, fn)
+        _remember(count, v)
+        if v is not None:
+            data, md = _bundle(v)
+            _publish(data, md, True)
+            if _is_figure(v):
+                _close_figure(v)
     except SystemExit as e:
         return _exit_code(e)
     except BaseException as e:
@@ -816,6 +1592,10 @@ def _main():
     sys.modules["__main__"] = mod
     _st.ns = mod.__dict__
     builtins.display = display
+    builtins.get_ipython = get_ipython
+    builtins.__cs__ = _shell
+    _st.ns["In"] = [""]
+    _st.ns["Out"] = {}
     sys.stdout = _Stream(1, "<stdout>")
     sys.stderr = _Stream(2, "<stderr>")
     sys.argv = [""]

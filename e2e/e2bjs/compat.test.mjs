@@ -1,0 +1,126 @@
+// Compatibility checks for issue #14, through the OFFICIAL E2B JS SDKs against
+// `code-sandboxes serve`: IPython cell transforms, charts and data, envd's
+// newer file API (metadata, entry info in watch events, in-place uploads) and
+// an execution cut off by a kill. Same contract as sdk.test.mjs: one JSON
+// line ({ok, steps, error?}) on stdout; the Go test
+// (internal/e2bserver/e2bjs_compat_test.go) asserts on it.
+import { Sandbox, FilesystemEventType } from '@e2b/code-interpreter'
+
+const steps = {}
+let sbx
+
+async function step(name, fn) {
+  try {
+    steps[name] = await fn()
+  } catch (e) {
+    steps[name] = { thrown: e?.constructor?.name ?? typeof e, message: String(e?.message ?? e) }
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+
+try {
+  sbx = await Sandbox.create({ timeoutMs: 120_000 })
+
+  await step('ipython', async () => {
+    const bang = await sbx.runCode('!echo hi from bang')
+    const assign = await sbx.runCode('lines = !printf "a\\nb\\n"\nlines')
+    const bash = await sbx.runCode('%%bash\necho from bash $((6*7))\n')
+    const dedent = await sbx.runCode('    v = 5\n    if v:\n        w = v * 2\n    w')
+    const cd = await sbx.runCode('%cd /tmp')
+    const pwd = await sbx.runCode('!pwd')
+    const env = await sbx.runCode('%env CS_COMPAT=1\nimport os\nos.environ["CS_COMPAT"]')
+    const time = await sbx.runCode('%time 6 * 7')
+    const wf = await sbx.runCode('%%writefile /tmp/cs_wf.txt\nwritten\n')
+    const wfRead = await sbx.runCode('open("/tmp/cs_wf.txt").read()')
+    const hist = await sbx.runCode('_ , Out[max(Out)] == _')
+    const awaited = await sbx.runCode('import asyncio\nawait asyncio.sleep(0)\n"awaited"')
+    const bad = await sbx.runCode('%nosuchmagic')
+    return {
+      bang: bang.logs.stdout.join(''),
+      assign: assign.text,
+      bash: bash.logs.stdout.join(''),
+      dedent: dedent.text,
+      cd: cd.logs.stdout.join(''),
+      pwd: pwd.logs.stdout.join(''),
+      env: env.text,
+      timeText: time.text,
+      timeOut: time.logs.stdout.join(''),
+      writefile: wfRead.text,
+      hist: hist.text,
+      awaited: awaited.text,
+      badError: bad.error?.name ?? null,
+      errors: [bang, assign, bash, dedent, cd, pwd, env, time, wf, hist, awaited].map((x) => x.error?.name ?? null),
+    }
+  })
+
+  await step('charts', async () => {
+    const out = {}
+    for (const [name, code] of Object.entries({
+      line: "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9], label='sq')\nplt.xlabel('x (m)')\nplt.title('L')\nplt.show()",
+      scatter: "import matplotlib.pyplot as plt\nplt.scatter([1, 2], [3, 4], label='s')\nplt.show()",
+      bar: "import matplotlib.pyplot as plt\nplt.bar(['a', 'b'], [3, 4], label='g')\nplt.show()",
+      pie: "import matplotlib.pyplot as plt\nplt.pie([1, 3], labels=['p', 'q'])\nplt.show()",
+      box: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.boxplot([[1, 2, 3, 4, 5]], patch_artist=True)\nplt.show()",
+      superchart: "import matplotlib.pyplot as plt\nfig, axs = plt.subplots(1, 2)\nfig.suptitle('S')\naxs[0].plot([1, 2])\naxs[1].scatter([1], [2])\nplt.show()",
+      unknown: "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.add_artist(plt.Circle((0, 0), 1))\nplt.title('C')\nplt.show()",
+    })) {
+      const ex = await sbx.runCode(code)
+      const r = ex.results[0]
+      out[name] = { error: ex.error?.name ?? null, png: !!r?.png, chart: r?.chart ?? null }
+    }
+    const df = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2], "b": ["x", None]})')
+    out.data = df.results[0]?.data ?? null
+    return out
+  })
+
+  await step('envdVersion', async () => (await sbx.getInfo()).envdVersion)
+
+  await step('metadata', async () => {
+    const w = await sbx.files.write('meta.txt', 'm', { metadata: { author: 'cs', purpose: 'test' } })
+    const info = await sbx.files.getInfo('meta.txt')
+    const over = await sbx.files.write('meta.txt', 'n')
+    const after = await sbx.files.getInfo('meta.txt')
+    let invalid = null
+    try {
+      await sbx.files.write('bad.txt', 'x', { metadata: { good: 'bad\nvalue' } })
+    } catch (e) {
+      invalid = e?.constructor?.name
+    }
+    return { written: w.metadata ?? null, stat: info.metadata ?? null, overwritten: over.metadata ?? null, after: after.metadata ?? null, invalid }
+  })
+
+  await step('watch', async () => {
+    await sbx.files.makeDir('watched')
+    const events = []
+    const handle = await sbx.files.watchDir('watched', (e) => events.push({ name: e.name, type: e.type, entry: e.entry ? { name: e.entry.name, size: e.entry.size } : null }), { includeEntry: true })
+    await sbx.files.write('watched/up.txt', 'first')
+    await sbx.files.write('watched/up.txt', 'second!')
+    for (let i = 0; i < 50 && !events.some((e) => e.type === FilesystemEventType.WRITE && e.entry?.size === 7); i++) await sleep(100)
+    await handle.stop()
+    return { events }
+  })
+
+  await sbx.kill()
+  sbx = null
+
+  // A sandbox killed while runCode waits: the SDK must see a response cut
+  // off ("killed while the request was in progress").
+  await step('killedDuringRun', async () => {
+    const s = await Sandbox.create({ timeoutMs: 120_000 })
+    const run = s.runCode('import time; time.sleep(300)', { timeoutMs: 300_000 }).then(
+      () => ({ thrown: null }),
+      (e) => ({ thrown: e?.constructor?.name, message: String(e?.message) }),
+    )
+    await sleep(2_000)
+    await s.kill()
+    return await run
+  })
+
+  console.log(JSON.stringify({ ok: true, steps }))
+} catch (e) {
+  if (sbx) await sbx.kill().catch(() => {})
+  console.log(JSON.stringify({ ok: false, error: `${e?.constructor?.name}: ${e?.stack ?? e}`, steps }))
+  process.exitCode = 1
+}
+process.exit()

@@ -1,0 +1,178 @@
+package e2bserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runSDKScript runs one of e2e/e2bjs's scripts against a fresh serve and
+// returns its report's steps; a step that threw fails the test.
+func runSDKScript(t *testing.T, script string) func(name string, v any) {
+	t.Helper()
+	needSandboxes(t)
+	node, npm := needNode(t)
+	npmCI(t, npm)
+	_, url := testServer(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script)
+	cmd.Dir = e2bjsDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+testKey,
+		"E2B_DEBUG=", "E2B_DOMAIN=localhost")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var rep sdkReport
+	if err := json.Unmarshal(bytes.TrimSpace(lastLine(stdout.Bytes())), &rep); err != nil {
+		t.Fatalf("node: %v; output not JSON: %v\nstdout: %s\nstderr: %s", runErr, err, stdout.String(), stderr.String())
+	}
+	if !rep.OK || runErr != nil {
+		t.Fatalf("script failed: %v: %s\nsteps: %s\nstderr: %s", runErr, rep.Error, stdout.String(), stderr.String())
+	}
+	t.Logf("steps: %s", stdout.String())
+	return func(name string, v any) {
+		t.Helper()
+		raw, ok := rep.Steps[name]
+		if !ok {
+			t.Fatalf("step %s missing", name)
+		}
+		var thrown struct{ Thrown, Message string }
+		_ = json.Unmarshal(raw, &thrown)
+		if thrown.Thrown != "" && name != "killedDuringRun" {
+			t.Errorf("step %s threw %s: %s", name, thrown.Thrown, thrown.Message)
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatalf("step %s: %v: %s", name, err, raw)
+		}
+	}
+}
+
+// Issue #14 through the official SDK: IPython cells, envd 0.6.x files API,
+// and an execution cut off by a kill.
+func TestOfficialJSSDKCompat(t *testing.T) {
+	step := runSDKScript(t, "compat.test.mjs")
+
+	var ip struct {
+		Bang, Assign, Bash, Dedent, Cd, Pwd, Env, TimeText, TimeOut, Writefile, Hist, Awaited string
+		BadError                                                                              *string
+		Errors                                                                                []*string
+	}
+	step("ipython", &ip)
+	for i, e := range ip.Errors {
+		if e != nil {
+			t.Errorf("ipython cell %d failed with %s", i, *e)
+		}
+	}
+	for name, c := range map[string][2]string{
+		"!cmd":       {ip.Bang, "hi from bang\n"},
+		"x = !cmd":   {ip.Assign, "['a', 'b']"},
+		"%%bash":     {ip.Bash, "from bash 42\n"},
+		"dedent":     {ip.Dedent, "10"},
+		"%cd":        {ip.Cd, "/tmp\n"},
+		"!pwd":       {ip.Pwd, "/tmp\n"},
+		"%env":       {ip.Env, "1"},
+		"%time":      {ip.TimeText, "42"},
+		"%writefile": {ip.Writefile, `written\n`},
+		"_ and Out":  {ip.Hist, "('written\\n', True)"},
+		"await":      {ip.Awaited, "awaited"},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("%s: got %q, want %q", name, c[0], c[1])
+		}
+	}
+	if !strings.Contains(ip.TimeOut, "Wall time") {
+		t.Errorf("%%time printed %q", ip.TimeOut)
+	}
+	if ip.BadError == nil || *ip.BadError != "UsageError" {
+		t.Errorf("unknown magic: error %v, want UsageError", ip.BadError)
+	}
+
+	var charts map[string]json.RawMessage
+	step("charts", &charts)
+	for name, typ := range map[string]string{"line": "line", "scatter": "scatter", "bar": "bar", "pie": "pie", "box": "box_and_whisker", "superchart": "superchart", "unknown": "unknown"} {
+		var c struct {
+			Error *string
+			PNG   bool
+			Chart *struct {
+				Type     string
+				Title    *string
+				Elements []json.RawMessage
+			}
+		}
+		if err := json.Unmarshal(charts[name], &c); err != nil {
+			t.Fatalf("chart %s: %v", name, err)
+		}
+		if c.Error != nil || !c.PNG || c.Chart == nil || c.Chart.Type != typ {
+			t.Errorf("%s figure: %s", name, charts[name])
+			continue
+		}
+		if typ != "unknown" && len(c.Chart.Elements) == 0 {
+			t.Errorf("%s chart has no elements: %s", name, charts[name])
+		}
+	}
+	var data map[string][]any
+	if err := json.Unmarshal(charts["data"], &data); err != nil || !reflect.DeepEqual(data, map[string][]any{"a": {1.0, 2.0}, "b": {"x", nil}}) {
+		t.Errorf("DataFrame result.data: %s", charts["data"])
+	}
+
+	var version string
+	step("envdVersion", &version)
+	if version != EnvdVersion {
+		t.Errorf("envdVersion %q, want %q", version, EnvdVersion)
+	}
+
+	var md struct {
+		Written, Stat, Overwritten, After map[string]string
+		Invalid                           *string
+	}
+	step("metadata", &md)
+	want := map[string]string{"author": "cs", "purpose": "test"}
+	if !reflect.DeepEqual(md.Written, want) || !reflect.DeepEqual(md.Stat, want) || md.Overwritten != nil || md.After != nil {
+		t.Errorf("metadata: %+v", md)
+	}
+	if md.Invalid == nil || *md.Invalid != "InvalidArgumentError" {
+		t.Errorf("invalid metadata: %v, want InvalidArgumentError", md.Invalid)
+	}
+
+	var w struct {
+		Events []struct {
+			Name, Type string
+			Entry      *struct {
+				Name string
+				Size int
+			}
+		}
+	}
+	step("watch", &w)
+	// inotify may merge the uploads' writes into one event; the last one
+	// must show the second upload's size.
+	lastWrite := -1
+	for _, e := range w.Events {
+		if e.Name != "up.txt" {
+			t.Errorf("watch saw %q: uploads must not show temporary names (%+v)", e.Name, w.Events)
+		}
+		if e.Type == "write" {
+			if e.Entry == nil || e.Entry.Name != "up.txt" {
+				t.Errorf("write event without its entry: %+v", e)
+				continue
+			}
+			lastWrite = e.Entry.Size
+		}
+	}
+	if lastWrite != 7 {
+		t.Errorf("want write events on up.txt, the last with size 7: %+v", w.Events)
+	}
+
+	var killed struct{ Thrown, Message string }
+	step("killedDuringRun", &killed)
+	if killed.Thrown != "TimeoutError" || !strings.Contains(killed.Message, "killed while the request was in progress") {
+		t.Errorf("runCode in a sandbox killed mid-run: %+v", killed)
+	}
+}
