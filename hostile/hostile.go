@@ -230,6 +230,8 @@ func Run(t *testing.T, cfg sandboxes.Config, o Options) {
 		{"SleepPastLifetime", c.sleepPastLifetime},
 		{"SocketFamilies", c.socketFamilies},
 		{"AgentOutOfReach", c.agentOutOfReach},
+		{"InodeFlood", c.inodeFlood},
+		{"DefaultMemory", c.defaultMemory},
 	} {
 		t.Run(tc.name, func(t *testing.T) { skip(t); tc.f(t) })
 	}
@@ -1253,4 +1255,70 @@ print('self-ok')
 		alive(t, sb, "prlimit/setpriority/ioprio/sched attempts on the agent")
 	}
 	record(t, "%d/%d attempts to prlimit, renice, deschedule or ioprio the agent (each of its threads, by pid, process group and user) refused; the agent keeps RLIMIT_NOFILE %s, nice %s and answers; user code can still change its own", refused, total, nofile, nice)
+}
+
+// inodeFlood: empty files cost no tmpfs space, only kernel memory (200,000
+// in /dev took 183 MiB): every writable tmpfs bounds its inode count.
+func (c *suite) inodeFlood(t *testing.T) {
+	sb := c.create(t, nil)
+	ex := py(t, sb, `import os, errno
+for d, cap in (('/dev', 20000), ('/dev/shm', 20000), ('/tmp', 150000)):
+    sub = d + '/flood'
+    try:
+        os.mkdir(sub)
+    except OSError as e:
+        print(d, 0, 'mkdir-' + errno.errorcode.get(e.errno, str(e.errno))); continue
+    n, err = 0, 'none'
+    try:
+        while n < cap:
+            os.close(os.open('%s/%d' % (sub, n), os.O_CREAT | os.O_WRONLY, 0o600)); n += 1
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno))
+    for i in range(n):
+        os.unlink('%s/%d' % (sub, i))
+    os.rmdir(sub)
+    print(d, n, err)
+`, sandboxes.WithTimeout(3*time.Minute))
+	var parts []string
+	for _, l := range strings.Split(out(ex), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue
+		}
+		n, _ := strconv.Atoi(f[1])
+		if f[2] == "none" {
+			t.Errorf("%s: %d empty files created without reaching a limit", f[0], n)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d then %s", f[0], n, f[2]))
+	}
+	if len(parts) != 3 {
+		t.Fatalf("inode flood probe: %q %v", ex.Stdout(), ex.Error)
+	}
+	alive(t, sb, "an inode flood")
+	record(t, "empty files until refused: %s; sandbox answers", strings.Join(parts, ", "))
+}
+
+// defaultMemory: a sandbox created without Memory has the default limit
+// (sandboxes.DefaultMemory), and a bomb under it ends the kernel
+// (KernelDied), not the sandbox.
+func (c *suite) defaultMemory(t *testing.T) {
+	if !c.o.Limits {
+		t.Skip("the variant does not enforce Memory")
+	}
+	sb := c.create(t, func(cfg *sandboxes.Config) { cfg.Memory = 0 })
+	info, err := sb.Info(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Memory != sandboxes.DefaultMemory {
+		t.Fatalf("Config{} sandbox: memory limit %d, want the default %d (a bomb would take the host's memory)", info.Memory, int64(sandboxes.DefaultMemory))
+	}
+	start := time.Now()
+	ex := py(t, sb, "b = []\nwhile True: b.append(bytearray(64 << 20))", sandboxes.WithTimeout(2*time.Minute))
+	d := time.Since(start)
+	if ex.Error == nil || ex.Error.Name != "KernelDied" {
+		t.Fatalf("memory bomb under the default limit: %+v", ex.Error)
+	}
+	alive(t, sb, "a memory bomb under the default limit")
+	record(t, "Config{}: %d MiB limit; bomb ended as %s (%s) after %s; sandbox answers", info.Memory>>20, ex.Error.Name, firstLine(ex.Error.Value), d.Round(time.Millisecond))
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,6 +27,7 @@ type common struct {
 	timeout     time.Duration
 	lifetime    time.Duration
 	memory      string
+	pids        string
 	cpu         float64
 	network     string
 	env         []string
@@ -44,7 +46,8 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringArrayVar(&c.tags, "tag", nil, "tag as key=value (repeatable)")
 	f.DurationVar(&c.timeout, "timeout", 0, "per-execution timeout, e.g. 60s (0 = none)")
 	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h; exec and repl end the sandbox when they finish)")
-	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G")
+	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G (default 1G on local, docker and kubernetes; unlimited for none)")
+	f.StringVar(&c.pids, "pids", "", "process limit (default 1024 on local and docker; unlimited for none)")
 	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
 	f.StringVar(&c.network, "network", "", "network policy: none (default on local) or all")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
@@ -68,6 +71,9 @@ func parseKV(list []string, what string) (map[string]string, error) {
 func parseSize(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
+	}
+	if strings.EqualFold(strings.TrimSpace(s), "unlimited") {
+		return sandboxes.Unlimited, nil
 	}
 	mult := int64(1)
 	u := strings.ToUpper(strings.TrimSpace(s))
@@ -99,6 +105,15 @@ func (c *common) config() (sandboxes.Config, error) {
 	}
 	if cfg.Memory, err = parseSize(c.memory); err != nil {
 		return cfg, err
+	}
+	switch p := strings.TrimSpace(c.pids); {
+	case p == "":
+	case strings.EqualFold(p, "unlimited"):
+		cfg.Pids = sandboxes.Unlimited
+	default:
+		if cfg.Pids, err = strconv.ParseInt(p, 10, 64); err != nil || cfg.Pids <= 0 {
+			return cfg, fmt.Errorf("--pids %q: give a number of processes or unlimited", c.pids)
+		}
 	}
 	return cfg, nil
 }
