@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+	"github.com/code-sandboxes/code-sandboxes/internal/secs"
 )
 
 // Version is what /x/info reports and what an E2B-compatible server can hand
@@ -395,7 +396,8 @@ func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, `send {"timeout": <seconds > 0>}`)
 		return
 	}
-	s.setDeadline(time.Now().Add(time.Duration(req.Timeout * float64(time.Second))))
+	// Saturating: 1e300 seconds overflowed into the past and ended the sandbox.
+	s.setDeadline(secs.After(time.Now(), secs.Duration(req.Timeout)))
 	writeJSON(w, http.StatusOK, s.info())
 }
 
