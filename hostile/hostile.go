@@ -232,6 +232,7 @@ func Run(t *testing.T, cfg sandboxes.Config, o Options) {
 		{"AgentOutOfReach", c.agentOutOfReach},
 		{"InodeFlood", c.inodeFlood},
 		{"DefaultMemory", c.defaultMemory},
+		{"NonRegularFiles", c.nonRegularFiles},
 	} {
 		t.Run(tc.name, func(t *testing.T) { skip(t); tc.f(t) })
 	}
@@ -1321,4 +1322,38 @@ func (c *suite) defaultMemory(t *testing.T) {
 	}
 	alive(t, sb, "a memory bomb under the default limit")
 	record(t, "Config{}: %d MiB limit; bomb ended as %s (%s) after %s; sandbox answers", info.Memory>>20, ex.Error.Name, firstLine(ex.Error.Value), d.Round(time.Millisecond))
+}
+
+// nonRegularFiles: a FIFO, a socket or a device planted where the caller
+// reads a file is refused at once (opening a FIFO for reading blocks until
+// a writer comes: the download hung), and the sandbox keeps answering.
+func (c *suite) nonRegularFiles(t *testing.T) {
+	sb := c.create(t, nil)
+	ex := py(t, sb, `import os, socket
+os.mkfifo('/home/user/fifo')
+s = socket.socket(socket.AF_UNIX); s.bind('/home/user/sock'); s.listen(1)
+os.symlink('/dev/zero', '/home/user/zero')
+keep = s
+print('planted')`)
+	if out(ex) != "planted" {
+		t.Fatalf("plant: %q %v", ex.Stdout(), ex.Error)
+	}
+	var parts []string
+	for _, p := range []string{"/home/user/fifo", "/home/user/sock", "/home/user/zero", "/dev/null", "/proc/self/fd/0"} {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := sb.Files().ReadBytes(ctx, p)
+		cancel()
+		d := time.Since(start)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("read %s hangs (30 s)", p)
+		}
+		if err == nil {
+			t.Errorf("read %s: got %d bytes, want a refusal", p, len(b))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s refused in %s", p, d.Round(time.Millisecond)))
+	}
+	alive(t, sb, "reading non-regular files")
+	record(t, "%s (%s)", strings.Join(parts, ", "), "not a regular file")
 }
