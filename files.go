@@ -63,7 +63,10 @@ func (f *Files) rpc() (filesystemconnect.FilesystemClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return filesystemconnect.NewFilesystemClient(cl.HTTPClient(), cl.EnvdURL(), connect.WithInterceptors(headerInterceptor(cl.EnvdHeaders()))), nil
+	// A hostile sandbox could answer a listing with any number of entries:
+	// the message size is bounded.
+	return filesystemconnect.NewFilesystemClient(cl.HTTPClient(), cl.EnvdURL(), connect.WithInterceptors(headerInterceptor(cl.EnvdHeaders())),
+		connect.WithReadMaxBytes(MaxListBytes)), nil
 }
 
 // Read streams a file; close the reader.
@@ -75,14 +78,30 @@ func (f *Files) Read(ctx context.Context, path string) (io.ReadCloser, error) {
 	return cl.ReadFile(ctx, path)
 }
 
-// ReadBytes reads a whole file.
+// MaxReadBytes bounds what ReadBytes holds in memory (a sandbox's largest
+// default tmpfs); Read streams files of any size.
+const MaxReadBytes = 1 << 30
+
+// MaxListBytes bounds one filesystem answer (List, Stat...) from a sandbox:
+// 64 MiB is several hundred thousand entries.
+const MaxListBytes = 64 << 20
+
+// ReadBytes reads a whole file of at most MaxReadBytes (a larger one is
+// ErrInvalidInput: use Read to stream it).
 func (f *Files) ReadBytes(ctx context.Context, path string) ([]byte, error) {
 	r, err := f.Read(ctx, path)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
-	return io.ReadAll(r)
+	b, err := io.ReadAll(io.LimitReader(r, MaxReadBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxReadBytes {
+		return nil, fmt.Errorf("read %s: %w: larger than %d bytes; use Files().Read to stream it", path, ErrInvalidInput, MaxReadBytes)
+	}
+	return b, nil
 }
 
 // Write streams r into a file, creating parent directories and replacing

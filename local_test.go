@@ -256,7 +256,8 @@ func TestInvalidConfig(t *testing.T) {
 	ctx := context.Background()
 	for _, cfg := range []sandboxes.Config{
 		{Variant: "nope"},
-		{Memory: -1},
+		{Memory: -2},
+		{Pids: -5},
 		{Memory: 1000},
 		{CPU: -2},
 		{NetworkPolicy: "sometimes"},

@@ -62,6 +62,14 @@ const (
 	NetworkAllowlist = "allowlist"
 )
 
+// Unlimited, as Config.Memory or Config.Pids, asks for no limit at all.
+const Unlimited = driver.Unlimited
+
+// DefaultMemory is the memory limit (1 GiB) of a sandbox created with
+// Memory 0 on the local, docker and kubernetes variants, CLI and serve
+// included. It bounds the RAM-backed tmpfs mounts too.
+const DefaultMemory = driver.DefaultMemoryBytes
+
 // Config describes a sandbox. The zero value is a local sandbox with no
 // network, the host's python3 and a one-day lifetime.
 type Config struct {
@@ -87,8 +95,14 @@ type Config struct {
 	// run our agent (local, docker, kubernetes) honour it; on e2b the
 	// lifetime is E2B's own timeout (MaxLifetime) and setting it is refused.
 	IdleTimeout time.Duration
-	// Memory limit in bytes (0 = none), CPU limit in cores (0 = none),
-	// Pids limit (0 = the variant's default).
+	// Memory limit in bytes: 0 = DefaultMemory on local, docker and
+	// kubernetes (the template's on e2b), Unlimited = none. CPU limit in
+	// cores (0 = none). Pids limit: 0 = the variant's default (1024 on local
+	// and docker), Unlimited = none.
+	//
+	// A limit that cannot be enforced (local, as a user without a writable
+	// cgroup) fails Create, defaults included: never a silently weaker
+	// sandbox. Ask for Unlimited explicitly to run without.
 	Memory int64
 	CPU    float64
 	Pids   int64
@@ -203,14 +217,14 @@ func (c Config) spec() (driver.Spec, error) {
 		return bad("MaxLifetime must be positive, got %s", c.MaxLifetime)
 	case c.Timeout < 0:
 		return bad("Timeout must be positive or zero, got %s", c.Timeout)
-	case c.Memory < 0:
-		return bad("Memory must be a positive number of bytes, got %d", c.Memory)
+	case c.Memory < 0 && c.Memory != Unlimited:
+		return bad("Memory must be a positive number of bytes, 0 (the default, %d MiB) or Unlimited (-1), got %d", DefaultMemory>>20, c.Memory)
 	case c.Memory > 0 && c.Memory < 16<<20:
 		return bad("Memory of %d bytes is too small to run python; give at least 16 MiB", c.Memory)
 	case c.CPU < 0:
 		return bad("CPU must be a positive number of cores, got %g", c.CPU)
-	case c.Pids < 0:
-		return bad("Pids must be positive, got %d", c.Pids)
+	case c.Pids < 0 && c.Pids != Unlimited:
+		return bad("Pids must be positive, 0 (the variant's default) or Unlimited (-1), got %d", c.Pids)
 	case c.Pids > 0 && c.Pids < 8:
 		return bad("Pids of %d is too few to run the agent and a kernel; give at least 8", c.Pids)
 	}

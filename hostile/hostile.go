@@ -228,6 +228,11 @@ func Run(t *testing.T, cfg sandboxes.Config, o Options) {
 		{"KillAll", c.killAll},
 		{"SignalAgent", c.signalAgent},
 		{"SleepPastLifetime", c.sleepPastLifetime},
+		{"SocketFamilies", c.socketFamilies},
+		{"AgentOutOfReach", c.agentOutOfReach},
+		{"InodeFlood", c.inodeFlood},
+		{"DefaultMemory", c.defaultMemory},
+		{"NonRegularFiles", c.nonRegularFiles},
 	} {
 		t.Run(tc.name, func(t *testing.T) { skip(t); tc.f(t) })
 	}
@@ -1123,4 +1128,232 @@ func (c *suite) sleepPastLifetime(t *testing.T) {
 		o(t, sb.ID())
 	}
 	record(t, "3s lifetime, sleep(3600): RunCode ended after %s with %q", d.Round(time.Millisecond), firstLine(err.Error()))
+}
+
+// socketFamilies: only unix, inet, inet6 and netlink route/sock_diag
+// sockets exist for user code. vsock ignores network namespaces (on a VM
+// host it reaches the hypervisor); the others are kernel attack surface no
+// sandboxed program needs. Garbage in the upper half of the family (which
+// the kernel ignores) must not get past the filter.
+func (c *suite) socketFamilies(t *testing.T) {
+	ex := py(t, c.victim, `import ctypes, errno, socket
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+import platform
+NR_SOCKET = {'x86_64': 41, 'aarch64': 198}[platform.machine()]
+def raw(fam, typ, proto):
+    r = libc.syscall(ctypes.c_long(NR_SOCKET), ctypes.c_long(fam), ctypes.c_long(typ), ctypes.c_long(proto))
+    e = ctypes.get_errno()
+    if r >= 0:
+        import os; os.close(r); return 'ALLOWED'
+    return 'refused ' + errno.errorcode.get(e, str(e))
+cases = [('vsock', 40, 1, 0), ('vsock-hi', (1 << 32) | 40, 1, 0), ('packet', 17, 3, 0), ('packet-hi', (1 << 40) | 17, 3, 0),
+         ('alg', 38, 5, 0), ('bluetooth', 31, 3, 0), ('can', 29, 3, 1), ('key', 15, 3, 2), ('rds', 21, 5, 0), ('tipc', 30, 5, 0),
+         ('xdp', 44, 3, 0), ('netlink-audit', 16, 3, 9), ('netlink-uevent', 16, 3, 15), ('netlink-netfilter', 16, 3, 12), ('x25', 9, 5, 0)]
+for name, fam, typ, proto in cases:
+    print(name, raw(fam, typ, proto))
+for name, fam, typ, proto in (('unix', 1, 1, 0), ('inet', 2, 1, 0), ('inet6', 10, 2, 0), ('netlink-route', 16, 3, 0)):
+    print('ok-' + name, raw(fam, typ, proto))
+try:
+    socket.socketpair(40, socket.SOCK_STREAM); print('socketpair-vsock ALLOWED')
+except OSError as e:
+    print('socketpair-vsock refused', errno.errorcode.get(e.errno, e.errno))
+`)
+	refused, total := 0, 0
+	for _, l := range strings.Split(out(ex), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		if strings.HasPrefix(f[0], "ok-") {
+			if f[1] != "ALLOWED" {
+				t.Errorf("a family programs need is refused: %s", l)
+			}
+			continue
+		}
+		total++
+		if f[1] == "refused" {
+			refused++
+		} else {
+			t.Errorf("socket family not refused: %s", l)
+		}
+	}
+	if total < 16 || ex.Error != nil {
+		t.Fatalf("probe incomplete (%d lines): %s %v", total, out(ex), ex.Error)
+	}
+	record(t, "%d/%d sockets of other families refused (vsock, packet, alg, bluetooth, can, key, rds, tipc, xdp, x25, netlink audit/uevent/netfilter, with garbage in the upper half too); unix, inet, inet6, netlink route open", refused, total)
+}
+
+// agentOutOfReach: the agent (PID 1, same uid as user code) cannot be
+// limited, reniced or descheduled from inside: prlimit(RLIMIT_NOFILE 1)
+// would stop it accepting connections. Every thread of the agent is tried,
+// and the agent must still answer on new connections afterwards.
+func (c *suite) agentOutOfReach(t *testing.T) {
+	sb := c.create(t, nil)
+	ex := py(t, sb, `import ctypes, errno, os, platform, resource
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {'x86_64': dict(ioprio_set=251, sched_setattr=314), 'aarch64': dict(ioprio_set=30, sched_setattr=274)}[platform.machine()]
+def sc(nr, *a):
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])
+    if r < 0:
+        e = ctypes.get_errno(); raise OSError(e, os.strerror(e))
+tids = sorted(int(x) for x in os.listdir('/proc/1/task'))
+attempts = []
+for tid in tids:
+    attempts += [('prlimit-nofile-%d' % tid, lambda tid=tid: resource.prlimit(tid, resource.RLIMIT_NOFILE, (1, 1))),
+                 ('setpriority-%d' % tid, lambda tid=tid: os.setpriority(os.PRIO_PROCESS, tid, 19)),
+                 ('sched-idle-%d' % tid, lambda tid=tid: os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))),
+                 ('sched-setparam-%d' % tid, lambda tid=tid: os.sched_setparam(tid, os.sched_param(0))),
+                 ('sched-setattr-%d' % tid, lambda tid=tid: sc(NR['sched_setattr'], tid, 0, 0)),
+                 ('ioprio-%d' % tid, lambda tid=tid: sc(NR['ioprio_set'], 1, tid, 3 << 13))]
+one = (ctypes.c_ulong * 2)(1, 1)
+NR_PRLIMIT = {'x86_64': 302, 'aarch64': 261}[platform.machine()]
+attempts += [('prlimit-pid-hi', lambda: sc(NR_PRLIMIT, (1 << 32) | 1, resource.RLIMIT_NOFILE, ctypes.addressof(one), 0)),
+             ('setpriority-user', lambda: os.setpriority(os.PRIO_USER, 0, 19)),
+             ('setpriority-user-1000', lambda: os.setpriority(os.PRIO_USER, 1000, 19)),
+             ('setpriority-pgrp', lambda: os.setpriority(os.PRIO_PGRP, 0, 19)),
+             ('setpriority-pgrp-1', lambda: os.setpriority(os.PRIO_PGRP, 1, 19)),
+             ('ioprio-user', lambda: sc(NR['ioprio_set'], 3, 1000, 3 << 13)),
+             ('ioprio-pgrp', lambda: sc(NR['ioprio_set'], 2, 0, 3 << 13))]
+for name, fn in attempts:
+    try:
+        fn(); print(name, 'ALLOWED')
+    except (OSError, ValueError) as e:
+        print(name, 'refused', errno.errorcode.get(getattr(e, 'errno', 0) or 0, type(e).__name__))
+lim = [l for l in open('/proc/1/limits') if l.startswith('Max open files')][0].split()
+print('agent-nofile', lim[3], lim[4])
+print('agent-nice', open('/proc/1/stat').read().rsplit(')', 1)[1].split()[16])
+os.setpriority(os.PRIO_PROCESS, 0, 5)
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+print('self-ok')
+`)
+	refused, total := 0, 0
+	var nofile, nice string
+	for _, l := range strings.Split(out(ex), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "agent-nofile":
+			nofile = f[1]
+		case len(f) == 2 && f[0] == "agent-nice":
+			nice = f[1]
+		case len(f) >= 2 && f[1] == "refused":
+			refused++
+			total++
+		case len(f) >= 2 && f[1] == "ALLOWED":
+			total++
+			t.Errorf("user code reached the agent: %s", l)
+		}
+	}
+	if ex.Error != nil || !strings.Contains(out(ex), "self-ok") || total < 13 {
+		t.Fatalf("probe incomplete: %s %v", out(ex), ex.Error)
+	}
+	if nofile == "1" || nice != "0" {
+		t.Errorf("the agent's limits changed: RLIMIT_NOFILE %s, nice %s", nofile, nice)
+	}
+	// New connections, several at once: the agent must still accept them.
+	for i := 0; i < 4; i++ {
+		alive(t, sb, "prlimit/setpriority/ioprio/sched attempts on the agent")
+	}
+	record(t, "%d/%d attempts to prlimit, renice, deschedule or ioprio the agent (each of its threads, by pid, process group and user) refused; the agent keeps RLIMIT_NOFILE %s, nice %s and answers; user code can still change its own", refused, total, nofile, nice)
+}
+
+// inodeFlood: empty files cost no tmpfs space, only kernel memory (200,000
+// in /dev took 183 MiB): every writable tmpfs bounds its inode count.
+func (c *suite) inodeFlood(t *testing.T) {
+	sb := c.create(t, nil)
+	ex := py(t, sb, `import os, errno
+for d, cap in (('/dev', 20000), ('/dev/shm', 20000), ('/tmp', 150000)):
+    sub = d + '/flood'
+    try:
+        os.mkdir(sub)
+    except OSError as e:
+        print(d, 0, 'mkdir-' + errno.errorcode.get(e.errno, str(e.errno))); continue
+    n, err = 0, 'none'
+    try:
+        while n < cap:
+            os.close(os.open('%s/%d' % (sub, n), os.O_CREAT | os.O_WRONLY, 0o600)); n += 1
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno))
+    for i in range(n):
+        os.unlink('%s/%d' % (sub, i))
+    os.rmdir(sub)
+    print(d, n, err)
+`, sandboxes.WithTimeout(3*time.Minute))
+	var parts []string
+	for _, l := range strings.Split(out(ex), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue
+		}
+		n, _ := strconv.Atoi(f[1])
+		if f[2] == "none" {
+			t.Errorf("%s: %d empty files created without reaching a limit", f[0], n)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d then %s", f[0], n, f[2]))
+	}
+	if len(parts) != 3 {
+		t.Fatalf("inode flood probe: %q %v", ex.Stdout(), ex.Error)
+	}
+	alive(t, sb, "an inode flood")
+	record(t, "empty files until refused: %s; sandbox answers", strings.Join(parts, ", "))
+}
+
+// defaultMemory: a sandbox created without Memory has the default limit
+// (sandboxes.DefaultMemory), and a bomb under it ends the kernel
+// (KernelDied), not the sandbox.
+func (c *suite) defaultMemory(t *testing.T) {
+	if !c.o.Limits {
+		t.Skip("the variant does not enforce Memory")
+	}
+	sb := c.create(t, func(cfg *sandboxes.Config) { cfg.Memory = 0 })
+	info, err := sb.Info(ctxT(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Memory != sandboxes.DefaultMemory {
+		t.Fatalf("Config{} sandbox: memory limit %d, want the default %d (a bomb would take the host's memory)", info.Memory, int64(sandboxes.DefaultMemory))
+	}
+	start := time.Now()
+	ex := py(t, sb, "b = []\nwhile True: b.append(bytearray(64 << 20))", sandboxes.WithTimeout(2*time.Minute))
+	d := time.Since(start)
+	if ex.Error == nil || ex.Error.Name != "KernelDied" {
+		t.Fatalf("memory bomb under the default limit: %+v", ex.Error)
+	}
+	alive(t, sb, "a memory bomb under the default limit")
+	record(t, "Config{}: %d MiB limit; bomb ended as %s (%s) after %s; sandbox answers", info.Memory>>20, ex.Error.Name, firstLine(ex.Error.Value), d.Round(time.Millisecond))
+}
+
+// nonRegularFiles: a FIFO, a socket or a device planted where the caller
+// reads a file is refused at once (opening a FIFO for reading blocks until
+// a writer comes: the download hung), and the sandbox keeps answering.
+func (c *suite) nonRegularFiles(t *testing.T) {
+	sb := c.create(t, nil)
+	ex := py(t, sb, `import os, socket
+os.mkfifo('/home/user/fifo')
+s = socket.socket(socket.AF_UNIX); s.bind('/home/user/sock'); s.listen(1)
+os.symlink('/dev/zero', '/home/user/zero')
+keep = s
+print('planted')`)
+	if out(ex) != "planted" {
+		t.Fatalf("plant: %q %v", ex.Stdout(), ex.Error)
+	}
+	var parts []string
+	for _, p := range []string{"/home/user/fifo", "/home/user/sock", "/home/user/zero", "/dev/null", "/proc/self/fd/0"} {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		b, err := sb.Files().ReadBytes(ctx, p)
+		cancel()
+		d := time.Since(start)
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("read %s hangs (30 s)", p)
+		}
+		if err == nil {
+			t.Errorf("read %s: got %d bytes, want a refusal", p, len(b))
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s refused in %s", p, d.Round(time.Millisecond)))
+	}
+	alive(t, sb, "reading non-regular files")
+	record(t, "%s (%s)", strings.Join(parts, ", "), "not a regular file")
 }

@@ -86,6 +86,12 @@ func TestExec(t *testing.T) {
 	if _, errs, code := cli(t, "", "exec", "--memory", "lots", "1"); code != 1 || !strings.Contains(errs, "size") {
 		t.Errorf("bad --memory: %d %q", code, errs)
 	}
+	if _, errs, code := cli(t, "", "exec", "--pids", "12abc", "1"); code != 1 || !strings.Contains(errs, "--pids") {
+		t.Errorf("bad --pids: %d %q", code, errs)
+	}
+	if out, errs, code := cli(t, "", "exec", "--memory", "unlimited", "--pids", "unlimited", "6 * 7"); code != 0 || strings.TrimSpace(out) != "42" {
+		t.Errorf("--memory unlimited --pids unlimited: %d %q %q", code, out, errs)
+	}
 	if _, errs, code := cli(t, "", "exec", "--network", "allowlist", "1"); code != 1 || !strings.Contains(errs, "AllowedHosts") {
 		t.Errorf("allowlist without hosts: %d %q", code, errs)
 	}

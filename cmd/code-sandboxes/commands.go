@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +32,7 @@ type common struct {
 	lifetime    time.Duration
 	idle        time.Duration
 	memory      string
+	pids        string
 	cpu         float64
 	network     string
 	env         []string
@@ -40,7 +42,7 @@ type common struct {
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "cpu", "network", "env"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "env"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -95,7 +97,8 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.DurationVar(&c.timeout, "timeout", 0, "per-execution timeout, e.g. 60s (0 = none)")
 	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h)")
 	f.DurationVar(&c.idle, "idle-timeout", 0, "end the sandbox after this long unused, e.g. 15m (default: none for create and repl, whose sandboxes are meant to stay)")
-	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G")
+	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M, 2Gi (default 1G on local, docker and kubernetes; unlimited for none)")
+	f.StringVar(&c.pids, "pids", "", "process limit (default 1024 on local and docker; unlimited for none)")
 	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
 	f.StringVar(&c.network, "network", "", "network policy: none (default on local) or all")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
@@ -122,13 +125,16 @@ func parseSize(s string) (int64, error) {
 	if s == "" {
 		return 0, nil
 	}
+	if strings.EqualFold(strings.TrimSpace(s), "unlimited") {
+		return sandboxes.Unlimited, nil
+	}
 	t := strings.TrimSpace(s)
 	if strings.HasSuffix(t, "i") || strings.HasSuffix(t, "I") {
 		t += "B" // Kubernetes' spelling, 512Mi: the same binary unit
 	}
 	n, err := units.RAMInBytes(t)
 	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("size %q: use a positive number with an optional K, M, G or T suffix (binary units), e.g. 512M or 2Gi", s)
+		return 0, fmt.Errorf("size %q: use a positive number with an optional K, M, G or T suffix (binary units), e.g. 512M or 2Gi, or unlimited", s)
 	}
 	return n, nil
 }
@@ -145,6 +151,15 @@ func (c *common) config() (sandboxes.Config, error) {
 	}
 	if cfg.Memory, err = parseSize(c.memory); err != nil {
 		return cfg, err
+	}
+	switch p := strings.TrimSpace(c.pids); {
+	case p == "":
+	case strings.EqualFold(p, "unlimited"):
+		cfg.Pids = sandboxes.Unlimited
+	default:
+		if cfg.Pids, err = strconv.ParseInt(p, 10, 64); err != nil || cfg.Pids <= 0 {
+			return cfg, fmt.Errorf("--pids %q: give a number of processes or unlimited", c.pids)
+		}
 	}
 	return cfg, nil
 }

@@ -23,7 +23,12 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newRoot().ExecuteContext(ctx)
+	// Sandbox output (and errors quoting it) reaches a terminal escaped.
+	stdout, stderr := terminalSafe(os.Stdout), terminalSafe(os.Stderr)
+	root := newRoot()
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return
 	}
@@ -31,7 +36,7 @@ func main() {
 	if errors.As(err, &ee) {
 		os.Exit(ee.code)
 	}
-	fmt.Fprintln(os.Stderr, "error:", err)
+	fmt.Fprintln(stderr, "error:", err)
 	os.Exit(1)
 }
 

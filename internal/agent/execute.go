@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+	"github.com/code-sandboxes/code-sandboxes/internal/secs"
 )
 
 // maxCodeBytes bounds the request body of /execute; code cells beyond this are
@@ -150,7 +151,7 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	// arrive after it ended, when another request's cell is running.
 	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars, Interrupt: r.Context().Done()}
 	if req.Timeout > 0 {
-		kreq.Timeout = time.Duration(req.Timeout * float64(time.Second))
+		kreq.Timeout = secs.Duration(req.Timeout) // 1e300 is "very long", not an overflow
 	}
 	out, err := cc.session.Execute(ctx, kreq, func(ev kernel.Event) {
 		// The execution count and the main result are always followed at
@@ -206,16 +207,17 @@ type lineWriter struct {
 	last   time.Time
 	broken bool
 	done   chan struct{}
+	every  time.Duration // keepaliveEvery when the stream started
 }
 
 func newLineWriter(w http.ResponseWriter) *lineWriter {
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{})}
+	lw := &lineWriter{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
 	go lw.keepalive()
 	return lw
 }
 
 func (lw *lineWriter) keepalive() {
-	t := time.NewTicker(keepaliveEvery / 5)
+	t := time.NewTicker(lw.every / 5)
 	defer t.Stop()
 	for {
 		select {
@@ -223,7 +225,7 @@ func (lw *lineWriter) keepalive() {
 			return
 		case <-t.C:
 			lw.mu.Lock()
-			idle := time.Since(lw.last) >= keepaliveEvery
+			idle := time.Since(lw.last) >= lw.every
 			lw.mu.Unlock()
 			if idle {
 				lw.write(ordered{{"type", "keepalive"}})
@@ -269,4 +271,13 @@ func (lw *lineWriter) flushHeaders() {
 	}
 }
 
-func (lw *lineWriter) close() { close(lw.done) }
+// close stops the keepalive and every later write: the handler returns
+// right after, and net/http forbids writes past that point (the keepalive
+// could be between its idle check and its write, or pick its tick over
+// done). Taking the lock waits for a write in progress.
+func (lw *lineWriter) close() {
+	close(lw.done)
+	lw.mu.Lock()
+	lw.broken = true
+	lw.mu.Unlock()
+}

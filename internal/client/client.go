@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -43,7 +44,28 @@ type Options struct {
 	User string
 	// MaxLineBytes bounds one NDJSON line (default 64 MiB).
 	MaxLineBytes int
+	// HeaderTimeout bounds the wait for a response's headers once the
+	// request is sent (default DefaultHeaderTimeout); StallTimeout bounds
+	// each wait for more bytes of a response body (default
+	// DefaultStallTimeout). A hostile or wedged sandbox can't hang a call
+	// past them, whatever the caller's context.
+	HeaderTimeout, StallTimeout time.Duration
 }
+
+// Defaults of Options.HeaderTimeout and StallTimeout. An execution stream
+// carries a keepalive every 5 s of silence, a download streams: two minutes
+// without a byte is a sandbox that stopped answering.
+const (
+	DefaultHeaderTimeout = 2 * time.Minute
+	DefaultStallTimeout  = 2 * time.Minute
+)
+
+// Transport timeouts of the clients this package builds (UnixHTTPClient,
+// New's default), which also bound the Connect RPCs that bypass do.
+const (
+	dialTimeout = 10 * time.Second
+	idleTimeout = 90 * time.Second
+)
 
 // Client talks to one sandbox.
 type Client struct {
@@ -61,9 +83,17 @@ func New(o Options) *Client {
 	if o.MaxLineBytes <= 0 {
 		o.MaxLineBytes = 64 << 20
 	}
+	if o.HeaderTimeout <= 0 {
+		o.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = DefaultStallTimeout
+	}
 	hc := o.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 0, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second}}
+		d := net.Dialer{Timeout: dialTimeout}
+		hc = &http.Client{Transport: &http.Transport{DialContext: d.DialContext, TLSHandshakeTimeout: dialTimeout,
+			ResponseHeaderTimeout: DefaultHeaderTimeout, MaxIdleConnsPerHost: 16, IdleConnTimeout: idleTimeout}}
 	}
 	return &Client{o: o, hc: hc}
 }
@@ -71,13 +101,14 @@ func New(o Options) *Client {
 // UnixHTTPClient returns an HTTP client whose every connection goes to the unix
 // socket at path; use it with EnvdURL "http://sandbox".
 func UnixHTTPClient(path string) *http.Client {
-	d := net.Dialer{Timeout: 10 * time.Second}
+	d := net.Dialer{Timeout: dialTimeout}
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "unix", path)
 		},
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
+		ResponseHeaderTimeout: DefaultHeaderTimeout,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       idleTimeout,
 	}}
 }
 
@@ -164,9 +195,107 @@ func readError(op string, resp *http.Response) error {
 	return &StatusError{Op: op, Status: resp.StatusCode, Message: msg, kind: statusKind(resp.StatusCode)}
 }
 
-func (c *Client) do(ctx context.Context, op, method, u string, hdr http.Header, body io.Reader, contentType string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
+// errHeaderTimeout and errStalled are the causes with which a call's
+// watchdog cancels it.
+var (
+	errHeaderTimeout = errors.New("no response headers in time")
+	errStalled       = errors.New("response stalled")
+)
+
+// watchdog cancels a call when its armed timer fires.
+type watchdog struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	cancel  context.CancelCauseFunc
+	stopped bool
+}
+
+func (w *watchdog) arm(d time.Duration, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	if w.t != nil {
+		w.t.Stop()
+	}
+	w.t = time.AfterFunc(d, func() { w.cancel(cause) })
+}
+
+func (w *watchdog) disarm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.t != nil {
+		w.t.Stop()
+		w.t = nil
+	}
+}
+
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	w.stopped = true
+	if w.t != nil {
+		w.t.Stop()
+	}
+	w.mu.Unlock()
+	w.cancel(nil)
+}
+
+// sentBody arms the header timeout once the transport has read the whole
+// request body: a long upload is not a late answer.
+type sentBody struct {
+	r    io.Reader
+	done func()
+	once sync.Once
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
 	if err != nil {
+		b.once.Do(b.done)
+	}
+	return n, err
+}
+
+// watchedBody bounds each wait for more response bytes, and ends the call's
+// context when closed.
+type watchedBody struct {
+	rc    io.ReadCloser
+	ctx   context.Context
+	wd    *watchdog
+	stall time.Duration
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.wd.arm(b.stall, errStalled)
+	n, err := b.rc.Read(p)
+	b.wd.disarm()
+	if err != nil && errors.Is(context.Cause(b.ctx), errStalled) {
+		err = fmt.Errorf("%w: no bytes from the sandbox for %s", sberr.ErrUnavailable, b.stall)
+	}
+	return n, err
+}
+
+func (b *watchedBody) Close() error {
+	err := b.rc.Close()
+	b.wd.stop()
+	return err
+}
+
+func (c *Client) do(ctx context.Context, op, method, u string, hdr http.Header, body io.Reader, contentType string) (*http.Response, error) {
+	// The call's own context: the watchdog ends it when the sandbox sends
+	// no headers or stops sending bytes, whatever the caller's context.
+	cctx, cancel := context.WithCancelCause(ctx)
+	wd := &watchdog{cancel: cancel}
+	armHeaders := func() { wd.arm(c.o.HeaderTimeout, errHeaderTimeout) }
+	if body != nil {
+		body = &sentBody{r: body, done: armHeaders}
+	} else {
+		armHeaders()
+	}
+	req, err := http.NewRequestWithContext(cctx, method, u, body)
+	if err != nil {
+		wd.stop()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	for k, v := range hdr {
@@ -176,16 +305,27 @@ func (c *Client) do(ctx context.Context, op, method, u string, hdr http.Header, 
 		req.Header.Set("Content-Type", contentType)
 	}
 	resp, err := c.hc.Do(req)
+	wd.disarm()
 	if err != nil {
+		wd.stop()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: %w", op, ctx.Err())
+		}
+		if errors.Is(context.Cause(cctx), errHeaderTimeout) {
+			return nil, fmt.Errorf("%s: %w: the sandbox sent no answer within %s", op, sberr.ErrUnavailable, c.o.HeaderTimeout)
 		}
 		if gone(err) {
 			return nil, fmt.Errorf("%s: %w: the sandbox is no longer running (its lifetime ended or it was killed)", op, sberr.ErrUnavailable)
 		}
 		return nil, fmt.Errorf("%s: %w: %w", op, sberr.ErrUnavailable, err)
 	}
-	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusSwitchingProtocols {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// A tunnel's connection outlives the call: no stall bound on it,
+		// and its context stays alive (it ends with the caller's).
+		return resp, nil
+	}
+	resp.Body = &watchedBody{rc: resp.Body, ctx: cctx, wd: wd, stall: c.o.StallTimeout}
+	if resp.StatusCode/100 != 2 {
 		defer resp.Body.Close()
 		return nil, readError(op, resp)
 	}

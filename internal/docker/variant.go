@@ -27,6 +27,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -314,10 +315,7 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	}
 	ls.createdAt = time.Now()
 	ls.endAt = ls.createdAt.Add(spec.Lifetime)
-	ls.pids = spec.Pids
-	if ls.pids == 0 {
-		ls.pids = defaultPids
-	}
+	ls.pids = spec.PidsLimit(defaultPids)
 	// The environment's variables first; the user's win.
 	ls.env = map[string]string{}
 	for k, v := range ls.build.Env {
@@ -449,8 +447,8 @@ func containerConfig(ls launchSpec) *container.Config {
 		labelNetwork:   ls.network,
 		labelPids:      strconv.FormatInt(ls.pids, 10),
 	}
-	if spec.MemoryBytes > 0 {
-		labels[labelMemory] = strconv.FormatInt(spec.MemoryBytes, 10)
+	if m := spec.Memory(); m > 0 {
+		labels[labelMemory] = strconv.FormatInt(m, 10)
 	}
 	if spec.CPUs > 0 {
 		labels[labelCPUs] = strconv.FormatFloat(spec.CPUs, 'g', -1, 64)
@@ -491,7 +489,7 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 		capAdd = append(capAdd, "CAP_DAC_OVERRIDE")
 	}
 	tmpfs := func(size int64, mode string, user bool) string {
-		o := fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=%s", size, mode)
+		o := fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,nr_inodes=%d,mode=%s", size, isolate.TmpfsInodes(size), mode)
 		if user {
 			o += fmt.Sprintf(",uid=%d,gid=%d", sandboxUID, sandboxGID)
 		}
@@ -503,9 +501,9 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 			{Type: mount.TypeBind, Source: filepath.Join(ls.dir, runSubdir), Target: runInContainer},
 		},
 		Tmpfs: map[string]string{
-			"/tmp":       tmpfs(tmpSize, "1777", false),
-			"/home/user": tmpfs(homeSize, "0755", true),
-			"/files":     tmpfs(filesSize, "0755", true),
+			"/tmp":       tmpfs(isolate.TmpfsSize(tmpSize, spec.Memory()), "1777", false),
+			"/home/user": tmpfs(isolate.TmpfsSize(homeSize, spec.Memory()), "0755", true),
+			"/files":     tmpfs(isolate.TmpfsSize(filesSize, spec.Memory()), "0755", true),
 		},
 		NetworkMode:    ls.mode,
 		AutoRemove:     true,
@@ -528,9 +526,9 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 			},
 		},
 	}
-	if spec.MemoryBytes > 0 {
-		hc.Memory = spec.MemoryBytes
-		hc.MemorySwap = spec.MemoryBytes // no swap beyond the limit
+	if m := spec.Memory(); m > 0 {
+		hc.Memory = m
+		hc.MemorySwap = m // no swap beyond the limit
 	}
 	if spec.CPUs > 0 {
 		hc.NanoCPUs = int64(spec.CPUs * 1e9)

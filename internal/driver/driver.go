@@ -17,6 +17,39 @@ import (
 )
 
 // Spec is a validated, normalised sandbox request.
+// DefaultMemoryBytes is the memory limit of a sandbox whose Spec says 0,
+// on the variants that enforce one (local, docker, kubernetes). It covers
+// the sandbox's RAM-backed tmpfs mounts too (/home/user, /tmp, /files and
+// /dev/shm can hold about 2.6 GiB together): without a limit one sandbox
+// could take the host's memory.
+const DefaultMemoryBytes = 1 << 30
+
+// Unlimited, as Spec.MemoryBytes or Spec.Pids, asks for no limit at all.
+const Unlimited = -1
+
+// Memory resolves MemoryBytes: the default for 0, 0 (no limit) for
+// Unlimited.
+func (s Spec) Memory() int64 {
+	switch s.MemoryBytes {
+	case 0:
+		return DefaultMemoryBytes
+	case Unlimited:
+		return 0
+	}
+	return s.MemoryBytes
+}
+
+// PidsLimit resolves Pids: def for 0, 0 (no limit) for Unlimited.
+func (s Spec) PidsLimit(def int64) int64 {
+	switch s.Pids {
+	case 0:
+		return def
+	case Unlimited:
+		return 0
+	}
+	return s.Pids
+}
+
 type Spec struct {
 	Variant      string
 	Name         string

@@ -123,21 +123,11 @@ func (h *filesHandler) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(p)
+	f, fi, err := openRegular(p)
 	if err != nil {
-		return osHTTPError("open "+p, err)
+		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return osHTTPError("stat "+p, err)
-	}
-	if fi.IsDir() {
-		return errorf(http.StatusBadRequest, "path %s is a directory", p)
-	}
-	if !fi.Mode().IsRegular() {
-		return errorf(http.StatusBadRequest, "path %s is not a regular file", p)
-	}
 	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": filepath.Base(p)}))
 	w.Header().Add("Vary", "Accept-Encoding")
 
@@ -166,6 +156,40 @@ func (h *filesHandler) download(w http.ResponseWriter, r *http.Request) error {
 	}
 	_ = zw.Close()
 	return nil
+}
+
+// openRegular opens p for reading only if it is a regular file. The path
+// is opened O_PATH first (which never blocks nor has an open's side
+// effects: a FIFO would block until a writer came, a device could do
+// anything) and checked; the file is then reopened through that very fd,
+// so what is read is what was checked.
+func openRegular(p string) (*os.File, fs.FileInfo, error) {
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, osHTTPError("open "+p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, nil, osHTTPError("stat "+p, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+	case unix.S_IFDIR:
+		return nil, nil, errorf(http.StatusBadRequest, "path %s is a directory", p)
+	default:
+		return nil, nil, errorf(http.StatusBadRequest, "path %s is not a regular file", p)
+	}
+	f, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), os.O_RDONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, osHTTPError("open "+p, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, osHTTPError("stat "+p, err)
+	}
+	return f, fi, nil
 }
 
 // acceptGzip reads Accept-Encoding: gz says gzip is wanted; ok is false

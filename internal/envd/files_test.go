@@ -605,3 +605,41 @@ func isPrintable(s string) bool {
 	}
 	return true
 }
+
+// TestDownloadNonRegularRefused: a FIFO (or any non-regular file) at the
+// path is refused at once: opening a FIFO for reading blocks until a
+// writer comes, which hung the download (and MCP read_file) for good.
+func TestDownloadNonRegularRefused(t *testing.T) {
+	env := newTestEnv(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Releases a handler stuck opening the FIFO, so that a failure is
+	// reported rather than hanging the server's Close.
+	t.Cleanup(func() {
+		if fd, err := unix.Open(fifo, unix.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
+			unix.Close(fd)
+		}
+	})
+	sock := filepath.Join(dir, "sock")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fifo, sock, "/dev/null"} {
+		c := &http.Client{Timeout: 10 * time.Second}
+		resp, err := c.Get(filesURL(env.url, "path", p))
+		if err != nil {
+			t.Fatalf("%s: %v (the download hangs)", p, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		checkJSONError(t, resp, b, 400, "not a regular file")
+	}
+}

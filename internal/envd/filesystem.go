@@ -16,6 +16,7 @@ import (
 
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem/filesystemconnect"
+	secsconv "github.com/code-sandboxes/code-sandboxes/internal/secs"
 )
 
 // FilesystemService implements filesystem.Filesystem.
@@ -347,7 +348,7 @@ func keepaliveInterval(h http.Header, def time.Duration) time.Duration {
 	if _, err := fmt.Sscan(v, &secs); err != nil || secs <= 0 {
 		return def
 	}
-	return time.Duration(secs * float64(time.Second))
+	return secsconv.Duration(secs)
 }
 
 // streamCtxErr converts the end of a stream's context into a Connect error.

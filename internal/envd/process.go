@@ -19,6 +19,7 @@ import (
 
 	pb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // defaultPath is PATH for processes when the agent itself has none.
@@ -238,6 +239,8 @@ func (s *ProcessService) Start(ctx context.Context, req *connect.Request[pb.Star
 	}
 	p.pid = uint32(cmd.Process.Pid)
 	p.pgid = cmd.Process.Pid
+	// Under a memory limit a command, not the agent, is the OOM victim.
+	_ = procstat.SetOOMScoreAdj(cmd.Process.Pid, procstat.OOMScoreUserCode)
 	p.info = &pb.ProcessInfo{Config: cfg, Pid: p.pid, Tag: req.Msg.Tag}
 	// Subscribe before any output is read so the caller sees all of it.
 	sub := newSubscriber()

@@ -191,7 +191,7 @@ func setupRoot(cfg *childConfig) error {
 	// host's /tmp is hidden by it only inside our mount namespace. The
 	// rootfs, even when it lives under /tmp, stays reachable: we hold an fd.
 	const nr = "/tmp"
-	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m"); err != nil {
+	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=1024"); err != nil {
 		return err
 	}
 	if cfg.RootfsFD > 0 {
@@ -228,7 +228,7 @@ func setupRoot(cfg *childConfig) error {
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err
 		}
-		data := fmt.Sprintf("mode=%s,size=%d", m.mode, m.size)
+		data := fmt.Sprintf("mode=%s,size=%d,nr_inodes=%d", m.mode, m.size, TmpfsInodes(m.size))
 		if m.user {
 			data += fmt.Sprintf(",uid=%d,gid=%d", SandboxUID, SandboxGID)
 		}
@@ -439,7 +439,7 @@ func setupDev(dev string) error {
 	if err := os.Mkdir(dev, 0o755); err != nil {
 		return err
 	}
-	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+	if err := mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, fmt.Sprintf("mode=0755,size=64k,nr_inodes=%d", DevInodes)); err != nil {
 		return err
 	}
 	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
@@ -469,7 +469,7 @@ func setupDev(dev string) error {
 	if err := os.Mkdir(dev+"/shm", 0o1777); err != nil {
 		return err
 	}
-	if err := mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size=64m"); err != nil {
+	if err := mount("tmpfs", dev+"/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, fmt.Sprintf("mode=1777,size=64m,nr_inodes=%d", TmpfsInodes(64<<20))); err != nil {
 		return err
 	}
 	for name, target := range map[string]string{
@@ -490,7 +490,7 @@ func writeEtcFiles(cfg *childConfig) error {
 	if err := os.Mkdir(scratch, 0o755); err != nil {
 		return err
 	}
-	if err := mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err != nil {
+	if err := mount("tmpfs", scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return err
 	}
 	files := map[string]string{

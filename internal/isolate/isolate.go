@@ -134,9 +134,9 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		Stage:     1,
 		Hostname:  spec.Hostname,
 		Network:   spec.Network,
-		HomeSize:  orDefault(spec.HomeSizeBytes, DefaultHomeSize),
-		FilesSize: orDefault(spec.FilesSizeBytes, DefaultFilesSize),
-		TmpSize:   orDefault(spec.TmpSizeBytes, DefaultTmpSize),
+		HomeSize:  orDefault(spec.HomeSizeBytes, TmpfsSize(DefaultHomeSize, spec.MemoryBytes)),
+		FilesSize: orDefault(spec.FilesSizeBytes, TmpfsSize(DefaultFilesSize, spec.MemoryBytes)),
+		TmpSize:   orDefault(spec.TmpSizeBytes, TmpfsSize(DefaultTmpSize, spec.MemoryBytes)),
 		NoFile:    DefaultNoFile,
 	}
 	// RLIMIT_FSIZE: no single file can be larger than the largest writable

@@ -281,9 +281,12 @@ func runChecks() int {
 		_, _, e := unix.Syscall(unix.SYS_PERSONALITY, 0x0040000 /* ADDR_NO_RANDOMIZE */, 0, 0)
 		return expectErrno(unix.EPERM, e)
 	}())
-	check("AF_PACKET EPERM", func() error {
+	check("AF_PACKET, AF_VSOCK EAFNOSUPPORT", func() error {
+		if _, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0); err != unix.EAFNOSUPPORT {
+			return fmt.Errorf("vsock: %v", err)
+		}
 		_, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
-		return expectErrno(unix.EPERM, err)
+		return expectErrno(unix.EAFNOSUPPORT, err)
 	}())
 	check("keyctl/bpf EPERM", func() error {
 		if _, _, e := unix.Syscall(unix.SYS_KEYCTL, 0, 0, 0); e != unix.EPERM {

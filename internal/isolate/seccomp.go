@@ -3,6 +3,7 @@
 package isolate
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -25,7 +26,14 @@ import (
 //   - stricter: ptrace, process_vm_readv/writev, kcmp and pidfd_getfd are
 //     denied (Docker allows them on kernels >= 4.8); adjtimex and
 //     clock_adjtime are denied even read-only; io_uring is denied (as in
-//     recent Docker); socket(AF_PACKET) is denied.
+//     recent Docker).
+//   - socket families are an allow-list (argRules below): unix, inet, inet6
+//     and netlink route/sock_diag; vsock (which ignores network namespaces:
+//     a route to the hypervisor), packet, alg, bluetooth... get EAFNOSUPPORT.
+//   - the agent (PID 1) runs as the same uid as user code, so the calls
+//     that act on another process by pid on the strength of a uid match
+//     alone (prlimit, setpriority, ioprio_set, sched_set*) are limited to
+//     the calling process (argRules below).
 //   - clone3 fails with ENOSYS like in Docker (its flags are in memory the
 //     filter cannot inspect; ENOSYS makes glibc fall back to clone, whose
 //     namespace flags we do check).
@@ -90,7 +98,6 @@ func buildSeccompPolicy() (*seccomp.Policy, *arch.Info, error) {
 	}
 	conditional = append(conditional,
 		seccomp.NameWithConditions{Name: "personality", Conditions: persona},
-		seccomp.NameWithConditions{Name: "socket", Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.Equal, Value: unix.AF_PACKET}}},
 	)
 	p := &seccomp.Policy{
 		DefaultAction: seccomp.ActionAllow,
@@ -141,11 +148,15 @@ func installSeccomp(flags uintptr) error {
 	// The library's own arch check lets a foreign arch fall through to the
 	// default action (allow), which would let i386 syscalls bypass the
 	// denylist; kill such callers first.
-	prog := append([]bpf.Instruction{
+	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
-	}, insts...)
+	}
+	for _, r := range argRules() {
+		prog = append(prog, r.assemble()...)
+	}
+	prog = append(prog, insts...)
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return fmt.Errorf("seccomp assemble: %w", err)
@@ -165,4 +176,105 @@ func installSeccomp(flags uintptr) error {
 		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
 	}
 	return nil
+}
+
+// The rules below test int arguments on their low 32 bits only: the kernel
+// truncates an int argument, so a 64-bit comparison (what the policy
+// library does) would be bypassed by garbage in the upper half.
+
+// argRule refuses a syscall with errno when its checks say so: body is BPF
+// that either returns (refusing) or falls through to what follows.
+type argRule struct {
+	nr   uint32
+	body func(refuse bpf.Instruction) []bpf.Instruction
+}
+
+// argRules are the checks on arguments (see the header comment).
+//
+// Socket families: an allow-list, EAFNOSUPPORT for the rest (programs
+// probing a family fall back). Netlink only for route (getifaddrs, ip) and
+// sock_diag (ss).
+//
+// Other processes: the agent is PID 1 and has threads with tids of their
+// own, so "not PID 1" would not protect it: these calls may name only the
+// caller (pid 0); reading another process's limits (prlimit64 without a
+// new limit) stays allowed. Setting priorities by process group or by user
+// (which includes the agent) is refused. sched_setaffinity stays allowed:
+// the cgroup's CPU quota bounds what pinning the agent could do, and
+// thread-pinning libraries (OpenMP) name their threads' tids.
+func argRules() []argRule {
+	const ioprioWhoProcess = 1
+	selfOnly := func(refuse bpf.Instruction) []bpf.Instruction {
+		return []bpf.Instruction{loadArg(0), bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1}, refuse}
+	}
+	return []argRule{
+		{unix.SYS_SOCKET, func(refuse bpf.Instruction) []bpf.Instruction {
+			return []bpf.Instruction{
+				loadArg(0),
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_UNIX, SkipTrue: 7},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET, SkipTrue: 6},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_INET6, SkipTrue: 5},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_NETLINK, SkipFalse: 3},
+				loadArg(2), // the netlink protocol
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_ROUTE, SkipTrue: 2},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.NETLINK_SOCK_DIAG, SkipTrue: 1},
+				refuse,
+			}
+		}},
+		{unix.SYS_SOCKETPAIR, func(refuse bpf.Instruction) []bpf.Instruction {
+			return []bpf.Instruction{loadArg(0), bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_UNIX, SkipTrue: 1}, refuse}
+		}},
+		{unix.SYS_SETPRIORITY, func(refuse bpf.Instruction) []bpf.Instruction {
+			return []bpf.Instruction{
+				loadArg(0), bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PRIO_PROCESS, SkipTrue: 1}, refuse,
+				loadArg(1), bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1}, refuse,
+			}
+		}},
+		{unix.SYS_IOPRIO_SET, func(refuse bpf.Instruction) []bpf.Instruction {
+			return []bpf.Instruction{
+				loadArg(0), bpf.JumpIf{Cond: bpf.JumpEqual, Val: ioprioWhoProcess, SkipTrue: 1}, refuse,
+				loadArg(1), bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1}, refuse,
+			}
+		}},
+		{unix.SYS_SCHED_SETSCHEDULER, selfOnly},
+		{unix.SYS_SCHED_SETPARAM, selfOnly},
+		{unix.SYS_SCHED_SETATTR, selfOnly},
+		{unix.SYS_PRLIMIT64, func(refuse bpf.Instruction) []bpf.Instruction {
+			// Refused when pid != 0 and new (a pointer: both halves) != 0.
+			return []bpf.Instruction{
+				loadArg(0),
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 5},
+				bpf.LoadAbsolute{Off: 16 + 8*2, Size: 4},
+				bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 2},
+				bpf.LoadAbsolute{Off: 16 + 8*2 + 4, Size: 4},
+				bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: 1},
+				refuse,
+			}
+		}},
+	}
+}
+
+// loadArg loads the low 32 bits of argument i (seccomp_data.args[i]).
+func loadArg(i int) bpf.Instruction {
+	off := uint32(16 + 8*i)
+	if bigEndian {
+		off += 4
+	}
+	return bpf.LoadAbsolute{Off: off, Size: 4}
+}
+
+var bigEndian = binary.NativeEndian.Uint16([]byte{0, 1}) == 1
+
+// assemble renders the rule: a test of the syscall number, then the body,
+// which falls through to what follows unless it refuses.
+func (r argRule) assemble() []bpf.Instruction {
+	errno := unix.Errno(unix.EPERM)
+	if r.nr == unix.SYS_SOCKET || r.nr == unix.SYS_SOCKETPAIR {
+		errno = unix.EAFNOSUPPORT
+	}
+	body := r.body(bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(errno)})
+	return append([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: r.nr, SkipTrue: uint8(len(body))},
+	}, body...)
 }

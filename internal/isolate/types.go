@@ -37,6 +37,32 @@ const (
 	DefaultNoFile = 4096
 )
 
+// A tmpfs's size bounds its data, not its inodes: empty files cost kernel
+// memory only (200,000 of them in a 64 KiB /dev took 183 MiB). Every tmpfs
+// gets an inode count too: one per 8 KiB of size (a tree of small files,
+// such as a pip install, stays well inside; /home/user's 1 GiB allows
+// 131072), at least 1024; /dev, which holds about twenty entries, 512.
+const (
+	tmpfsBytesPerInode = 8 << 10
+	minTmpfsInodes     = 1024
+	DevInodes          = 512
+)
+
+// TmpfsSize is the size of a RAM-backed tmpfs whose default is def in a
+// sandbox with memory limit memory (0 = none): at most half the limit, so
+// that filling one mount ends with ENOSPC, not with the OOM killer.
+func TmpfsSize(def, memory int64) int64 {
+	if memory > 0 {
+		return min(def, max(memory/2, 1<<20))
+	}
+	return def
+}
+
+// TmpfsInodes is the nr_inodes option of a tmpfs of size bytes.
+func TmpfsInodes(size int64) int64 {
+	return max(size/tmpfsBytesPerInode, minTmpfsInodes)
+}
+
 // Network modes.
 const (
 	NetworkNone = "none" // new empty net namespace, only loopback (up)
@@ -80,7 +106,8 @@ type Spec struct {
 	CPUs        float64 // CFS quota, in CPUs (0.5 = half a CPU)
 	Pids        int64   // max tasks (threads included) in the sandbox
 
-	// Sizes of the tmpfs mounts; 0 = default.
+	// Sizes of the tmpfs mounts; 0 = default (capped at half of
+	// MemoryBytes, see TmpfsSize).
 	HomeSizeBytes  int64 // /home/user
 	FilesSizeBytes int64 // /files
 	TmpSizeBytes   int64 // /tmp

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 //go:embed kernel.py
@@ -294,6 +296,8 @@ func startKernel(o *Options) (*kproc, error) {
 		}
 		return nil, fmt.Errorf("kernel: starting %s: %w", python, err)
 	}
+	// Under a memory limit the kernel, not the agent, is the OOM victim.
+	_ = procstat.SetOOMScoreAdj(cmd.Process.Pid, procstat.OOMScoreUserCode)
 	outW.Close()
 	errW.Close()
 	cmdR.Close()

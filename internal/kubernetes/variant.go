@@ -147,7 +147,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if spec.Pids != 0 {
+	if spec.Pids > 0 {
 		return nil, fmt.Errorf("%w: Pids: Kubernetes has no per-pod pids limit (the kubelet's podPidsLimit applies to every pod on a node); leave Pids 0 and ask the cluster's admin for podPidsLimit", sberr.ErrInvalidConfig)
 	}
 	if k.WarmPool < 0 {
@@ -167,7 +167,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 		}
 	}
 	p := &plan{pullPolicy: pp, runtimeClass: k.RuntimeClassName, nodeSelector: k.NodeSelector, tolerations: tol,
-		memory: spec.MemoryBytes, cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0}
+		memory: spec.Memory(), cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0}
 	if p.workdir == "" {
 		p.workdir = "/home/user"
 	}

@@ -20,7 +20,13 @@ func runAgent() int {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
 		return 1
 	}
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0) // /proc/1/{mem,environ,fd} closed to user code
+	// /proc/1/{mem,environ,fd} closed to user code (same uid): without it
+	// user code could read the token and rewrite the agent, so a failure
+	// ends the sandbox rather than serving weaker.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent: prctl(PR_SET_DUMPABLE, 0):", errno)
+		return 1
+	}
 	agent.SingleThreaded()
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // Roles a re-executed binary can play, chosen by the env var roleEnv.
@@ -30,11 +31,8 @@ type shimSpec struct {
 	Record record      `json:"record"`
 	Agent  agentConfig `json:"agent"`
 	Home   int64       `json:"home_bytes"`
-	// DefaultPids says the pids limit is our default, not the user's: where
-	// the host gives no writable cgroup (an unprivileged user without
-	// delegation) the sandbox starts without it instead of failing.
-	DefaultPids bool  `json:"default_pids"`
-	TmpSize     int64 `json:"tmp_bytes"`
+	// TmpSize is /tmp's size (0 = the default).
+	TmpSize int64 `json:"tmp_bytes"`
 	// Rootfs is the environment's root filesystem ("" = the host's system
 	// directories), the sandbox's read-only root.
 	Rootfs string `json:"rootfs,omitempty"`
@@ -135,17 +133,20 @@ func runShim() int {
 		TmpSizeBytes:  spec.TmpSize,
 		Rootfs:        spec.Rootfs,
 	}
+	// A limit that can't be enforced fails the start, defaults included
+	// (there is no retry without them): the caller asks for Unlimited.
 	proc, err := isolate.Start(context.Background(), ispec)
-	if err != nil && spec.DefaultPids && r.Memory == 0 && r.CPUs == 0 {
-		ispec.Pids, r.Pids = 0, 0
-		proc, err = isolate.Start(context.Background(), ispec)
-	}
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {
 		cfgW.Close()
 		return fail(err)
 	}
+	// The agent is the OOM killer's last choice (set before its children
+	// exist: they inherit it, and the agent raises theirs). Lowering a score
+	// needs CAP_SYS_RESOURCE; without it the agent keeps 0, still below its
+	// children's 500, so a failure here only narrows the margin.
+	_ = procstat.SetOOMScoreAdj(proc.Pid, procstat.OOMScoreAgent)
 	_ = json.NewEncoder(cfgW).Encode(spec.Agent)
 	cfgW.Close()
 

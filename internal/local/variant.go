@@ -105,15 +105,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
-		Token: newToken(), Network: spec.Network, Memory: spec.MemoryBytes, CPUs: spec.CPUs, Pids: spec.Pids,
+		Token: newToken(), Network: spec.Network, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
 		Environment: senv.Name, BuildID: senv.BuildID}
-	defaulted := rec.Pids == 0
-	if defaulted {
-		rec.Pids = defaultPids
-	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
-	ss := shimSpec{Dir: dir, Record: rec, DefaultPids: defaulted, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
+	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
 		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
@@ -152,6 +148,9 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		os.RemoveAll(dir)
 		if err == nil {
 			err = errors.New(rep.Error)
+			if strings.Contains(rep.Error, "cgroup") && (spec.MemoryBytes == 0 || spec.Pids == 0) {
+				err = fmt.Errorf("%w (the default limits, memory %d MiB and pids %d, need a writable cgroup like any other; to run without them ask for Memory and Pids Unlimited (-1), --memory unlimited --pids unlimited in the CLI)", err, driver.DefaultMemoryBytes>>20, defaultPids)
+			}
 		}
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/secs"
 	"github.com/code-sandboxes/code-sandboxes/interpreter"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -237,7 +238,7 @@ func (s *Server) timeout(sec float64) time.Duration {
 	if sec <= 0 {
 		return s.opts.ExecTimeout
 	}
-	d := time.Duration(sec * float64(time.Second))
+	d := secs.Duration(sec)
 	if d > s.opts.MaxTimeout {
 		d = s.opts.MaxTimeout
 	}

@@ -43,3 +43,22 @@ func Read(pid int) (Stat, bool) {
 	st.STime, _ = strconv.ParseUint(f[12], 10, 64)
 	return st, true
 }
+
+// OOMScoreUserCode is the oom_score_adj of the processes a sandbox's agent
+// starts (kernels, commands): under the sandbox's memory limit the OOM
+// killer picks them before the agent, whose own score the supervisor lowers
+// where it may. Memory that no process owns (tmpfs pages) makes the killer
+// choose by the processes' small own sizes otherwise, and it could take the
+// agent and with it the sandbox. User code can lower its score again only
+// down to the agent's (the kernel's oom_score_adj_min), by its own choice.
+const OOMScoreUserCode = 500
+
+// OOMScoreAgent is the agent's oom_score_adj, set by its supervisor from
+// outside (lowering needs CAP_SYS_RESOURCE, which a root caller has).
+const OOMScoreAgent = -998
+
+// SetOOMScoreAdj writes pid's oom_score_adj. It is a preference of the OOM
+// killer, not a limit: callers may ignore a failure.
+func SetOOMScoreAdj(pid, v int) error {
+	return os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(v)), 0)
+}

@@ -1,0 +1,29 @@
+package agent_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHugeTimeouts: a timeout of 1e300 seconds (or any past what a
+// time.Duration holds) means "very long", not an overflow into the past: it
+// neither ends the sandbox (/x/timeout) nor times the execution out at once
+// (/execute).
+func TestHugeTimeouts(t *testing.T) {
+	a := startAgent(t, "")
+	for _, secs := range []string{"1e300", "9223372037", "1.7976931348623157e308"} {
+		code, body, _ := a.raw(t, "POST", "/execute", `{"code": "print('ran')", "timeout": `+secs+`}`, nil)
+		if code != 200 || !strings.Contains(body, `"ran\n"`) || strings.Contains(body, "Timeout") {
+			t.Fatalf("execute with timeout %s: %d %s", secs, code, body)
+		}
+		code, body, _ = a.raw(t, "POST", "/x/timeout", `{"timeout": `+secs+`}`, nil)
+		if code != 200 {
+			t.Fatalf("timeout %s: %d %s", secs, code, body)
+		}
+		time.Sleep(300 * time.Millisecond) // the lifetime watcher would end the agent now
+		if err := a.c.Health(ctx(t)); err != nil {
+			t.Fatalf("after a timeout of %s seconds the agent is gone: %v", secs, err)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package sandboxes_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+)
+
+// unprivEnv marks the re-run of this test binary as an ordinary user.
+const unprivEnv = "CODE_SANDBOXES_TEST_UNPRIVILEGED_RT"
+
+// TestLocalFailsClosedWithoutCgroup: as a user without a writable cgroup
+// the default limits (memory, pids) cannot be enforced, so Create fails
+// with a reason and the way out (Unlimited) instead of starting a sandbox
+// without them (the supervisor used to retry without the pids limit); with
+// Unlimited asked for explicitly it runs. As root, the test re-runs itself
+// as nobody; as an ordinary user it runs directly where cgroups are not
+// writable.
+func TestLocalFailsClosedWithoutCgroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	if rt := os.Getenv(unprivEnv); rt != "" {
+		failsClosed(t, rt)
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("run as root: the test re-runs itself as nobody, a user with no writable cgroup")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	sandboxestest.Require(t, err == nil, "setpriv (util-linux) is needed to run as nobody")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "cs-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandboxes.test")
+	in, err := os.Open(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outf, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err == nil {
+		_, err = io.Copy(outf, in)
+		outf.Close()
+	}
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := filepath.Join(dir, "rt")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(rt, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin,
+		"-test.run", "^TestLocalFailsClosedWithoutCgroup$", "-test.v", "-test.count=1")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "TMPDIR=" + rt, unprivEnv + "=" + rt}
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestLocalFailsClosedWithoutCgroup") {
+		t.Fatalf("as nobody: %v\n%s", err, out)
+	}
+	for line := range strings.Lines(string(out)) {
+		if strings.Contains(line, "RESULT") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+}
+
+func failsClosed(t *testing.T, rt string) {
+	base := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range []struct {
+		name        string
+		memory, pid int64
+	}{{"defaults", 0, 0}, {"default pids", sandboxes.Unlimited, 0}, {"default memory", 0, sandboxes.Unlimited}} {
+		cfg := base
+		cfg.Memory, cfg.Pids = c.memory, c.pid
+		sb, err := sandboxes.Create(ctx, cfg)
+		if err == nil {
+			_ = sb.Close()
+			t.Fatalf("%s: a sandbox started without its limits (no writable cgroup as uid %d)", c.name, os.Geteuid())
+		}
+		if !strings.Contains(err.Error(), "Unlimited") {
+			t.Errorf("%s: the error does not say how to run without limits: %v", c.name, err)
+		}
+		t.Logf("RESULT %s refused: %v", c.name, err)
+	}
+	cfg := base
+	cfg.Memory, cfg.Pids = sandboxes.Unlimited, sandboxes.Unlimited
+	sb, err := sandboxes.Create(ctx, cfg)
+	if errors.Is(err, sandboxes.ErrNotSupported) {
+		t.Skipf("no unprivileged sandboxes here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("Unlimited asked for explicitly: %v", err)
+	}
+	defer sb.Close()
+	ex, err := sb.RunCode(ctx, "6 * 7")
+	if err != nil || ex.Text() != "42" {
+		t.Fatalf("RunCode: %v %+v", err, ex)
+	}
+	t.Logf("RESULT Unlimited: runs")
+}
