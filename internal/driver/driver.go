@@ -25,6 +25,7 @@ type Spec struct {
 	WorkingDir   string
 	Network      string // none | all | allowlist
 	AllowedHosts []string
+	AllowPrivate bool // network all/allowlist may reach the private ranges
 	Packages     []string
 	PackageIndex string
 	// EnvironmentDir is the environment store ("" = its default).

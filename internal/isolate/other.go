@@ -5,6 +5,7 @@ package isolate
 import (
 	"context"
 	"errors"
+	"os"
 )
 
 var errUnsupported = errors.New("isolate: sandboxes need Linux (namespaces, cgroups, seccomp)")
@@ -13,6 +14,7 @@ var errUnsupported = errors.New("isolate: sandboxes need Linux (namespaces, cgro
 type Process struct {
 	Pid int
 	ID  string
+	TUN *os.File
 }
 
 func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported }
