@@ -3,7 +3,10 @@
 package sandboxes_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -51,7 +54,8 @@ def tcp(host, port, send=b"", fam=0):
         s = socket.create_connection((host, port), timeout=10) if not fam else socket.socket(fam, socket.SOCK_STREAM)
         if fam:
             s.settimeout(10); s.connect((host, port))
-        if send: s.sendall(send)
+        if send:
+            s.sendall(send); s.shutdown(socket.SHUT_WR)
         out = b""
         while True:
             d = s.recv(4096)
@@ -204,4 +208,144 @@ _fmt("abstract", unix_abstract(%q))
 		want[k] = "err:ConnectionRefusedError"
 	}
 	expect(t, probe(t, sb, tries), want)
+}
+
+// TestLocalNetworkAllowPrivate: AllowPrivate opens the private ranges and
+// nothing else of what network all refuses.
+func TestLocalNetworkAllowPrivate(t *testing.T) {
+	testInternet(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll; c.AllowPrivate = true })
+	expect(t, probe(t, sb, fmt.Sprintf(`
+_fmt("private", http(%q))
+_fmt("metadata", http(%q))
+_fmt("hostside", http(%q))
+`, testnet.PrivateIPv4, testnet.MetadataIPv4, testnet.HostSideIPv4)), map[string]string{
+		"private":  "ok:private " + testnet.PrivateIPv4,
+		"metadata": "err:ConnectionRefusedError",
+		"hostside": "err:ConnectionRefusedError",
+	})
+}
+
+// TestLocalNetworkHostForward: Host() reaches a port inside the sandbox's
+// own namespace, never the host's loopback port of the same number.
+func TestLocalNetworkHostForward(t *testing.T) {
+	testInternet(t)
+	port, _ := hostServer(t) // listens on the host's loopback too
+	sb := newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll })
+	addr, err := sb.Host(ctxT(t), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err == nil {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		b, _ := io.ReadAll(c)
+		c.Close()
+		if strings.Contains(string(b), "host") {
+			t.Fatalf("Host(%d) reached the host's own port: %q", port, b)
+		}
+	}
+}
+
+// TestLocalNetworkAllowlist: only listed names connect, and every bypass
+// fails: connecting by an address no allowed name resolved to, a name not
+// listed, a Host header or TLS SNI other than the name resolved, a
+// non-HTTP/TLS protocol to a named host, UDP, DNS to an outside resolver
+// (UDP and TCP), and a listed name whose answer rebinds to loopback. A
+// listed CIDR is reachable with any protocol, private or not.
+func TestLocalNetworkAllowlist(t *testing.T) {
+	n := testInternet(t)
+	sb := newLocal(t, func(c *sandboxes.Config) {
+		c.NetworkPolicy = sandboxes.NetworkAllowlist
+		c.AllowedHosts = []string{testnet.NameWWW, "*." + testnet.Zone + "x", testnet.NameRebind, testnet.PrivateIPv4 + "/32"}
+	})
+	// Before any lookup nothing is pinned: the server's address is refused.
+	before := probe(t, sb, fmt.Sprintf(`_fmt("byip", http(%q, hosthdr=%q))`, testnet.ServerIPv4, testnet.NameWWW))
+	expect(t, before, map[string]string{"byip": "err:ConnectionRefusedError"})
+
+	hits := func(port string) int {
+		return n.Hits(net.JoinHostPort(testnet.ServerIPv4, port)) + n.Hits(net.JoinHostPort(testnet.ServerIPv6, port))
+	}
+	h80, h443, h7, h53 := hits("80"), hits("443"), hits("7"), hits("53")
+	got := probe(t, sb, fmt.Sprintf(`
+_fmt("resolve", resolve(%[1]q))
+_fmt("byname", http(%[1]q))
+_fmt("ipv6", http(%[5]q, hosthdr=%[1]q, fam=socket.AF_INET6))
+_fmt("tls", tls(%[2]q, %[1]q))
+_fmt("hostmismatch", http(%[2]q, hosthdr=%[3]q))
+_fmt("snimismatch", tls(%[2]q, %[3]q))
+_fmt("nosni", tls(%[2]q, None))
+_fmt("rawtcp", tcp(%[2]q, 7, b"hello\n"))
+_fmt("notlisted", resolve(%[3]q))
+_fmt("metaname", resolve(%[4]q))
+_fmt("rebind", resolve(%[6]q))
+_fmt("udp", udp(%[2]q, 7))
+_fmt("dnstcp", tcp(%[2]q, 53, b"\x00\x1d\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05other\x04test\x00\x00\x01\x00\x01"))
+_fmt("dnsudp", udp(%[2]q, 53))
+_fmt("cidr", tcp(%[7]q, 7, b"hello\n"))
+_fmt("metadata", http(%[8]q))
+`, testnet.NameWWW, testnet.ServerIPv4, testnet.NameOther, testnet.NameMeta, testnet.ServerIPv6, testnet.NameRebind,
+		testnet.PrivateIPv4, testnet.MetadataIPv4))
+	expect(t, got, map[string]string{
+		"resolve":      "ok:" + testnet.ServerIPv4 + "," + testnet.ServerIPv6,
+		"byname":       "ok:internet " + testnet.NameWWW,
+		"ipv6":         "ok:internet " + testnet.NameWWW,
+		"tls":          "ok:internet-tls",
+		"hostmismatch": "err:*",
+		"snimismatch":  "err:*",
+		"nosni":        "err:*",
+		"rawtcp":       "err:*",
+		"notlisted":    "err:gaierror",
+		"metaname":     "err:gaierror",
+		"rebind":       "err:gaierror",
+		"udp":          "err:ConnectionRefusedError",
+		"dnstcp":       "err:*",
+		"dnsudp":       "err:ConnectionRefusedError",
+		"cidr":         "ok:hello",
+		"metadata":     "err:ConnectionRefusedError",
+	})
+	// The mismatches never reached the server: the two allowed HTTP
+	// requests and the one allowed TLS connection are all it saw.
+	for _, c := range []struct {
+		port      string
+		was, want int
+	}{{"80", h80, 2}, {"443", h443, 1}, {"7", h7, 0}, {"53", h53, 0}} {
+		if got := hits(c.port) - c.was; got != c.want {
+			t.Errorf("the server's :%s accepted %d connections from the sandbox, want %d", c.port, got, c.want)
+		}
+	}
+}
+
+// TestLocalNetworkUpdate: UpdateNetwork switches a running sandbox between
+// all and allowlist, and refuses what it can't do.
+func TestLocalNetworkUpdate(t *testing.T) {
+	testInternet(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll })
+	try := fmt.Sprintf(`_fmt("byip", http(%q))`, testnet.ServerIPv4)
+	expect(t, probe(t, sb, try), map[string]string{"byip": "ok:internet " + testnet.ServerIPv4})
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAllowlist, []string{testnet.NameWWW}, false); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, probe(t, sb, try), map[string]string{"byip": "err:ConnectionRefusedError"})
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAll, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, probe(t, sb, try), map[string]string{"byip": "ok:internet " + testnet.ServerIPv4})
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkNone, nil, false); !errors.Is(err, sandboxes.ErrNotSupported) {
+		t.Errorf("all → none = %v, want ErrNotSupported", err)
+	}
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAllowlist, []string{"127.0.0.1"}, false); !errors.Is(err, sandboxes.ErrInvalidConfig) {
+		t.Errorf("allowlist of loopback = %v, want ErrInvalidConfig", err)
+	}
+	none := newLocal(t, nil)
+	if err := none.UpdateNetwork(ctxT(t), sandboxes.NetworkAll, nil, false); !errors.Is(err, sandboxes.ErrNotSupported) {
+		t.Errorf("none → all = %v, want ErrNotSupported", err)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

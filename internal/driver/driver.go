@@ -153,6 +153,12 @@ type Instance interface {
 	Release() error
 }
 
+// NetworkUpdater is an Instance whose network policy can change while it
+// runs.
+type NetworkUpdater interface {
+	UpdateNetwork(ctx context.Context, network string, allowedHosts []string, allowPrivate bool) error
+}
+
 // Variant launches and finds sandboxes.
 type Variant interface {
 	Name() string

@@ -201,7 +201,7 @@ func Start() (n *Net, err error) {
 		case "7":
 			go n.serveTCP(ln, echo)
 		case "53":
-			go serveDNSTCP(ln, outside)
+			go n.serveTCP(ln, func(c net.Conn, _ string) { dnsTCPConn(c, outside) })
 		}
 	}
 	for _, pc := range pcs {
@@ -420,22 +420,26 @@ func serveDNSTCP(ln net.Listener, zone func(dnsmessage.Question) []dnsmessage.Re
 		go func() {
 			defer c.Close()
 			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-			var l [2]byte
-			if _, err := io.ReadFull(c, l[:]); err != nil {
-				return
-			}
-			q := make([]byte, binary.BigEndian.Uint16(l[:]))
-			if _, err := io.ReadFull(c, q); err != nil {
-				return
-			}
-			b := answer(q, zone)
-			if b == nil {
-				return
-			}
-			out := binary.BigEndian.AppendUint16(nil, uint16(len(b)))
-			_, _ = c.Write(append(out, b...))
+			dnsTCPConn(c, zone)
 		}()
 	}
+}
+
+func dnsTCPConn(c net.Conn, zone func(dnsmessage.Question) []dnsmessage.Resource) {
+	var l [2]byte
+	if _, err := io.ReadFull(c, l[:]); err != nil {
+		return
+	}
+	q := make([]byte, binary.BigEndian.Uint16(l[:]))
+	if _, err := io.ReadFull(c, q); err != nil {
+		return
+	}
+	b := answer(q, zone)
+	if b == nil {
+		return
+	}
+	out := binary.BigEndian.AppendUint16(nil, uint16(len(b)))
+	_, _ = c.Write(append(out, b...))
 }
 
 func selfSigned() (tls.Certificate, error) {
