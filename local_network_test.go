@@ -171,8 +171,11 @@ func expect(t *testing.T, got map[string]string, want map[string]string) {
 // (ConnectionRefusedError), not timeouts.
 func TestLocalNetworkAll(t *testing.T) {
 	testInternet(t)
+	checkNetworkAll(t, newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll }))
+}
+
+func checkNetworkAll(t *testing.T, sb *sandboxes.Sandbox) {
 	port, abstract := hostServer(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll })
 	tries := fmt.Sprintf(`
 _fmt("internet", http(%q))
 _fmt("byname", http(%q))
@@ -256,10 +259,15 @@ func TestLocalNetworkHostForward(t *testing.T) {
 // listed CIDR is reachable with any protocol, private or not.
 func TestLocalNetworkAllowlist(t *testing.T) {
 	n := testInternet(t)
-	sb := newLocal(t, func(c *sandboxes.Config) {
-		c.NetworkPolicy = sandboxes.NetworkAllowlist
-		c.AllowedHosts = []string{testnet.NameWWW, "*." + testnet.Zone + "x", testnet.NameRebind, testnet.PrivateIPv4 + "/32"}
-	})
+	checkNetworkAllowlist(t, n, newLocal(t, allowlistConfig))
+}
+
+func allowlistConfig(c *sandboxes.Config) {
+	c.NetworkPolicy = sandboxes.NetworkAllowlist
+	c.AllowedHosts = []string{testnet.NameWWW, "*." + testnet.Zone + "x", testnet.NameRebind, testnet.PrivateIPv4 + "/32"}
+}
+
+func checkNetworkAllowlist(t *testing.T, n *testnet.Net, sb *sandboxes.Sandbox) {
 	// Before any lookup nothing is pinned: the server's address is refused.
 	before := probe(t, sb, fmt.Sprintf(`_fmt("byip", http(%q, hosthdr=%q))`, testnet.ServerIPv4, testnet.NameWWW))
 	expect(t, before, map[string]string{"byip": "err:ConnectionRefusedError"})

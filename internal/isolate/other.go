@@ -19,6 +19,7 @@ type Process struct {
 
 func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported }
 func CheckSupport() error                           { return errUnsupported }
+func AttachTUN(int) (*os.File, error)               { return nil, errUnsupported }
 func IsChild() bool                                 { return false }
 func Child() error                                  { return errUnsupported }
 func LoadSeccompAllThreads() error                  { return errUnsupported }

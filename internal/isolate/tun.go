@@ -62,7 +62,17 @@ func tunOpen() (*os.File, error) {
 // opens the device and goes back. If going back fails the thread is left
 // locked, so the Go runtime discards it rather than reuse a thread that sits
 // in the sandbox's namespace.
-func tunCreateIn(pid int) (*os.File, error) {
+func tunCreateIn(pid int) (*os.File, error) { return tunIn(pid, false) }
+
+// AttachTUN gives the network namespace of pid (a container's init, with a
+// namespace of its own holding only loopback) the tun0 of network mode
+// "tun", configured as Start's sandboxes have it, and returns the host end.
+// It needs root. The sandbox's code must hold no CAP_NET_ADMIN in that
+// namespace, or it could reconfigure the device (a docker container
+// started with every capability dropped has none).
+func AttachTUN(pid int) (*os.File, error) { return tunIn(pid, true) }
+
+func tunIn(pid int, configure bool) (*os.File, error) {
 	type result struct {
 		f   *os.File
 		err error
@@ -90,6 +100,12 @@ func tunCreateIn(pid int) (*os.File, error) {
 			return
 		}
 		f, err := tunOpen()
+		if err == nil && configure {
+			if err = configureTUN(); err != nil {
+				f.Close()
+				f = nil
+			}
+		}
 		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
 			runtime.UnlockOSThread()
 		}

@@ -455,3 +455,39 @@ func selfSigned() (tls.Certificate, error) {
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
+
+// Forward makes target (a server of the test on the host, such as a
+// loopback package index) reachable at ServerIPv4:port inside the test
+// internet, which is where sandboxes can reach it; it returns that
+// "ip:port". It lives until Close.
+func (n *Net) Forward(target string) (string, error) {
+	var ln net.Listener
+	err := inNetns(n.NS, func() error {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(ServerIPv4, "0"))
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	n.closers = append(n.closers, ln)
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer down.Close()
+				up, err := net.DialTimeout("tcp", target, 10*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, down); up.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(down, up)
+			}()
+		}
+	}()
+	return ln.Addr().String(), nil
+}
