@@ -28,6 +28,8 @@ type common struct {
 	memory      string
 	cpu         float64
 	network     string
+	allow       []string
+	allowPriv   bool
 	env         []string
 	runtimeDir  string
 }
@@ -46,7 +48,9 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.DurationVar(&c.lifetime, "lifetime", 0, "sandbox lifetime, e.g. 10m (default 24h; exec and repl end the sandbox when they finish)")
 	f.StringVar(&c.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
-	f.StringVar(&c.network, "network", "", "network policy: none (default on local) or all")
+	f.StringVar(&c.network, "network", "", "network policy: none (default on local), all (the internet, never the host) or allowlist (only --allow hosts)")
+	f.StringArrayVar(&c.allow, "allow", nil, "with --network allowlist: a host name, *.domain, IP or CIDR the sandbox may reach (repeatable)")
+	f.BoolVar(&c.allowPriv, "allow-private", false, "with --network all or allowlist: also reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
 }
 
@@ -89,7 +93,7 @@ func parseSize(s string) (int64, error) {
 
 func (c *common) config() (sandboxes.Config, error) {
 	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
-		MaxLifetime: c.lifetime, CPU: c.cpu, NetworkPolicy: c.network, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
+		MaxLifetime: c.lifetime, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, AllowPrivate: c.allowPriv, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
 	var err error
 	if cfg.Tags, err = parseKV(c.tags, "tag"); err != nil {
 		return cfg, err
