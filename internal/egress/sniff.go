@@ -36,6 +36,11 @@ func sniffName(c net.Conn) (string, []byte, error) {
 		name, err := tlsServerName(io.MultiReader(bytes.NewReader(first[:]), rec))
 		return name, rec.buf.Bytes(), err
 	}
+	// An HTTP request starts with an upper-case method; anything else is
+	// refused now rather than after waiting for a line that may never come.
+	if first[0] < 'A' || first[0] > 'Z' {
+		return "", rec.buf.Bytes(), errNoName
+	}
 	req, err := http.ReadRequest(bufio.NewReaderSize(io.MultiReader(bytes.NewReader(first[:]), rec), 4096))
 	if err != nil {
 		return "", rec.buf.Bytes(), errNoName
