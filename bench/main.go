@@ -75,6 +75,12 @@ func main() {
 	fmt.Fprintf(&rep, "# Benchmarks\n\nMeasured by `go run ./bench` (see `bench/main.go`) on %s, %d cores, %s, %s. ", host, runtime.NumCPU(), runtime.GOOS, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	rep.WriteString("Every number in a table comes from the same run; the machines are shared and noisy, so read the ratios.\n\n")
 
+	if *onlyNetwork {
+		netBench(ctx, &rep)
+		check(os.WriteFile(*out, []byte(rep.String()), 0o644))
+		fmt.Print(rep.String())
+		return
+	}
 	if *onlyEnv {
 		// The environment, docker and kubernetes sections alone (a shorter
 		// run; the report holds only them).
@@ -220,7 +226,9 @@ func main() {
 	for _, sb := range alive {
 		_ = sb.Close()
 	}
-	rep.WriteString("\nReproduce: `make bench` (defaults above), or `go run ./bench -scale 500` for the 500-sandbox target.\n")
+	rep.WriteString("\n")
+	netBench(ctx, &rep)
+	rep.WriteString("Reproduce: `make bench` (defaults above), or `go run ./bench -scale 500` for the 500-sandbox target.\n")
 	check(os.WriteFile(*out, []byte(rep.String()), 0o644))
 	fmt.Print(rep.String())
 }
