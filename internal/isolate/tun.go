@@ -121,6 +121,9 @@ func tunIn(pid int, configure bool) (*os.File, error) {
 func childTUN(cfg *childConfig) error {
 	if cfg.TUNByChild {
 		f, err := tunOpen()
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("%w (an unprivileged caller's sandbox opens /dev/net/tun itself: it must be usable by everyone, mode 0666 as most distributions ship it; or run as root)", err)
+		}
 		if err != nil {
 			return err
 		}
