@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -22,7 +21,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/docker"
-	"github.com/code-sandboxes/code-sandboxes/internal/forward"
+	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
@@ -262,19 +261,38 @@ print(ifaces, reached)`)
 	if got := strings.TrimSpace(ex.Stdout()); got != "['lo'] False" {
 		t.Errorf("network none: %q (error %v)", got, ex.Error)
 	}
+	// Network all: not the engine's bridge (eth0) but our TUN device.
 	all := newDocker(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll })
 	ex = runOut(t, all, `ifaces = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:])
 routes = [l.split()[1] for l in open('/proc/net/route').readlines()[1:]]
-print('eth0' in ifaces, '00000000' in routes)`)
-	if got := strings.TrimSpace(ex.Stdout()); got != "True True" {
-		t.Errorf("network all: interface and default route: %q (error %v)", got, ex.Error)
+print(ifaces, '00000000' in routes)`)
+	if got := strings.TrimSpace(ex.Stdout()); got != "['lo', 'tun0'] True" {
+		t.Errorf("network all: interfaces and default route: %q (error %v)", got, ex.Error)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "docker", NetworkPolicy: sandboxes.NetworkAllowlist,
-		AllowedHosts: []string{"pypi.org"}}); !errors.Is(err, sandboxes.ErrNotSupported) {
-		t.Errorf("allowlist: %v, want ErrNotSupported", err)
+	cfg := dockerConfig(t)
+	cfg.NetworkPolicy, cfg.Options = sandboxes.NetworkAll, docker.Options{Runtime: "runsc"}
+	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrNotSupported) {
+		t.Errorf("network all with a runtime of its own: %v, want ErrNotSupported", err)
 	}
+}
+
+// TestDockerNetworkAll: as TestLocalNetworkAll, on docker: the internet
+// yes, the host (its docker0 address included) and metadata no.
+func TestDockerNetworkAll(t *testing.T) {
+	cfg := dockerConfig(t)
+	testInternet(t)
+	cfg.NetworkPolicy = sandboxes.NetworkAll
+	checkNetworkAll(t, newDocker(t, func(c *sandboxes.Config) { *c = cfg }))
+}
+
+// TestDockerNetworkAllowlist: as TestLocalNetworkAllowlist, on docker.
+func TestDockerNetworkAllowlist(t *testing.T) {
+	cfg := dockerConfig(t)
+	n := testInternet(t)
+	allowlistConfig(&cfg)
+	checkNetworkAllowlist(t, n, newDocker(t, func(c *sandboxes.Config) { *c = cfg }))
 }
 
 func TestDockerSweep(t *testing.T) {
@@ -495,43 +513,27 @@ func TestDockerEnvironments(t *testing.T) {
 }
 
 // TestDockerPackages installs a wheel from a loopback index, which the
-// container (network all, the engine's bridge) reaches through a forwarder
-// on the bridge's gateway address; a failed install leaves nothing behind.
+// container (network all: the internet, never the host) reaches where the
+// test publishes it, in the test's own internet; a failed install leaves
+// nothing behind.
 func TestDockerPackages(t *testing.T) {
 	cfg := dockerConfig(t)
 	c := engine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	gw := bridgeGateway(t, c)
+	n := testInternet(t)
 	wheel := testpypi.Wheel(t, "cs_demo", "1.0", "cs_demo", "VALUE = 42\n")
 	index := testpypi.Serve(t, "cs-demo", testpypi.FileName("cs_demo", "1.0"), wheel)
 	u, _ := url.Parse(index)
-	ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
+	fwd, err := n.Forward(u.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	target := u.Host
-	go func() {
-		for {
-			down, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				down.Close()
-				continue
-			}
-			go forward.Pipe(down, up)
-		}
-	}()
-	u.Host = ln.Addr().String()
-
+	u.Host = fwd
 	cfg.NetworkPolicy = sandboxes.NetworkAll
 	cfg.Packages, cfg.PackageIndex = []string{"cs-demo==1.0"}, u.String()
-	// pip trusts plain http only on localhost; this index is the host's.
-	cfg.Env = map[string]string{"PIP_TRUSTED_HOST": gw}
+	// pip trusts plain http only on localhost.
+	cfg.Env = map[string]string{"PIP_TRUSTED_HOST": testnet.ServerIPv4}
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -554,33 +556,4 @@ func TestDockerPackages(t *testing.T) {
 	if err != nil || len(res.Items) != 0 {
 		t.Errorf("containers left after a failed install: %d %v", len(res.Items), err)
 	}
-}
-
-// bridgeGateway is the host's address on the engine's default bridge: the
-// gateway IPAM reports, else (engines that leave it out, like Debian's
-// 20.10 for docker0) the bridge interface's own IPv4 address.
-func bridgeGateway(t *testing.T, c *mobyclient.Client) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := c.NetworkInspect(ctx, "bridge", mobyclient.NetworkInspectOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cfg := range res.Network.IPAM.Config {
-		if cfg.Gateway.IsValid() {
-			return cfg.Gateway.String()
-		}
-	}
-	name := res.Network.Options["com.docker.network.bridge.name"]
-	if iface, err := net.InterfaceByName(name); err == nil {
-		addrs, _ := iface.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-				return ipn.IP.String()
-			}
-		}
-	}
-	t.Fatalf("no address of the engine's bridge network (interface %q): %+v", name, res.Network.IPAM)
-	return ""
 }

@@ -349,35 +349,6 @@ func TestLocalStaleRecordCleaned(t *testing.T) {
 	}
 }
 
-// TestLocalNetworkAll: with network "all" the sandbox shares the host's
-// network, so a server on the host's loopback is reachable.
-func TestLocalNetworkAll(t *testing.T) {
-	if testing.Short() {
-		t.Skip("creates sandboxes")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("hello from the host\n"))
-			c.Close()
-		}
-	}()
-	sb := newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll })
-	port := ln.Addr().(*net.TCPAddr).Port
-	ex := runOut(t, sb, "import socket\ns = socket.create_connection(('127.0.0.1', "+itoa(port)+"), timeout=5)\nprint(s.recv(100).decode(), end='')")
-	if ex.Stdout() != "hello from the host\n" {
-		t.Fatalf("network all: %q %v", ex.Stdout(), ex.Error)
-	}
-}
-
 // `python` is on PATH next to python3, as in E2B's sandboxes (Debian's
 // python-is-python3, which make deps installs on the host).
 func TestLocalPythonOnPath(t *testing.T) {

@@ -3,12 +3,14 @@ package sandboxes_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
@@ -28,6 +30,17 @@ func TestLocalPackages(t *testing.T) {
 	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "network") {
 		t.Fatalf("packages with network none = %v, want a refusal that names the network", err)
 	}
+	// The sandbox reaches the internet, never the host: the index (on the
+	// host's loopback) is published in the test's own internet.
+	n := testInternet(t)
+	u, _ := url.Parse(index)
+	fwd, err := n.Forward(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = fwd
+	cfg.PackageIndex = u.String()
+	cfg.Env = map[string]string{"PIP_TRUSTED_HOST": testnet.ServerIPv4}
 	cfg.NetworkPolicy = sandboxes.NetworkAll
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {

@@ -351,6 +351,34 @@ func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 	return s.inst.SetTimeout(ctx, d)
 }
 
+// UpdateNetwork changes the network policy of a running sandbox, for
+// connections opened from then on: policy all or allowlist (with
+// allowedHosts, as Config.AllowedHosts), allowPrivate as Config.AllowPrivate.
+// On the local variant a sandbox created with network none stays without
+// network, and one created with a network can't be switched to none (its
+// network namespace is fixed at creation): both are refused with
+// ErrNotSupported, as is every variant that can't change a running
+// sandbox's network.
+func (s *Sandbox) UpdateNetwork(ctx context.Context, policy string, allowedHosts []string, allowPrivate bool) error {
+	policy = strings.ToLower(strings.TrimSpace(policy))
+	switch {
+	case policy != NetworkNone && policy != NetworkAll && policy != NetworkAllowlist:
+		return fmt.Errorf("%w: unknown network policy %q; use none, all or allowlist", ErrInvalidConfig, policy)
+	case policy == NetworkAllowlist && len(allowedHosts) == 0:
+		return fmt.Errorf("%w: network policy allowlist needs allowed hosts", ErrInvalidConfig)
+	case policy != NetworkAllowlist && len(allowedHosts) > 0:
+		return fmt.Errorf("%w: allowed hosts are only meaningful with network policy allowlist", ErrInvalidConfig)
+	}
+	if _, err := s.conn(); err != nil {
+		return err
+	}
+	u, ok := s.inst.(driver.NetworkUpdater)
+	if !ok {
+		return fmt.Errorf("update network: %w (%s)", ErrNotSupported, s.variant.Name())
+	}
+	return u.UpdateNetwork(ctx, policy, allowedHosts, allowPrivate)
+}
+
 // Host returns a "host:port" address on this machine that reaches port
 // inside the sandbox, even when the sandbox has no network.
 func (s *Sandbox) Host(ctx context.Context, port int) (string, error) {

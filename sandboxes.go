@@ -114,6 +114,11 @@ type Config struct {
 	// AllowedHosts. A variant that can't enforce a policy refuses it.
 	NetworkPolicy string
 	AllowedHosts  []string
+	// AllowPrivate lets network all and allowlist reach the private ranges
+	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), refused by
+	// default. The host's own addresses, loopback and link-local (cloud
+	// metadata) stay unreachable regardless.
+	AllowPrivate bool
 	// Packages are pip-installed at creation (gllm_tools' additional_packages)
 	// from PackageIndex (default: pip's own configuration).
 	Packages     []string
@@ -187,7 +192,7 @@ func (c Config) spec() (driver.Spec, error) {
 		Variant: NormalizeVariant(c.Variant), Name: c.Name, Tags: c.Tags, Environment: c.Environment,
 		Lifetime: c.MaxLifetime, MemoryBytes: c.Memory, CPUs: c.CPU, Pids: c.Pids, Env: c.Env,
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
-		AllowedHosts: c.AllowedHosts, Packages: c.Packages, PackageIndex: c.PackageIndex,
+		AllowedHosts: c.AllowedHosts, AllowPrivate: c.AllowPrivate, Packages: c.Packages, PackageIndex: c.PackageIndex,
 		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput, Options: c.Options,
 	}
 	if s.Variant == "" {
@@ -241,6 +246,9 @@ func (c Config) spec() (driver.Spec, error) {
 	}
 	if len(c.AllowedHosts) > 0 && s.Network != NetworkAllowlist {
 		return bad("AllowedHosts is only meaningful with NetworkPolicy allowlist")
+	}
+	if c.AllowPrivate && s.Network != NetworkAll && s.Network != NetworkAllowlist {
+		return bad("AllowPrivate is only meaningful with NetworkPolicy all or allowlist")
 	}
 	for k := range c.Tags {
 		if !tagKey.MatchString(k) {

@@ -83,7 +83,12 @@ func main() {
 		fmt.Print(rep.String())
 		return
 	}
-
+	if *onlyNetwork {
+		netBench(ctx, &rep)
+		check(os.WriteFile(*out, []byte(rep.String()), 0o644))
+		fmt.Print(rep.String())
+		return
+	}
 	if *onlyEnv {
 		// The environment, docker and kubernetes sections alone (a shorter
 		// run; the report holds only them).
@@ -215,7 +220,9 @@ func main() {
 	for _, sb := range alive {
 		_ = sb.Close()
 	}
-	rep.WriteString("\nReproduce: `make bench` (defaults above), or `go run ./bench -scale 500` for the 500-sandbox target.\n")
+	rep.WriteString("\n")
+	netBench(ctx, &rep)
+	rep.WriteString("Reproduce: `make bench` (defaults above), or `go run ./bench -scale 500` for the 500-sandbox target.\n")
 	check(os.WriteFile(*out, []byte(rep.String()), 0o644))
 	fmt.Print(rep.String())
 }

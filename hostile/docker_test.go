@@ -279,6 +279,7 @@ func TestHostileOnDocker(t *testing.T) {
 	o := hostile.Options{
 		SameHost: true,
 		Limits:   true,
+		Networks: networks(),
 		Created:  d.created,
 		Secrets: func(t *testing.T, sb *sandboxes.Sandbox) []string {
 			return []string{d.token(t, sb.ID())}

@@ -34,6 +34,10 @@ type Options struct {
 	SameHost bool
 	// Limits: the variant enforces Config.Memory, CPU and Pids.
 	Limits bool
+	// Networks are the network policies (all, allowlist) to attack, each
+	// in a sandbox of its own against the test's own internet
+	// (internal/testnet: needs root on this machine).
+	Networks []string
 	// Secrets returns strings only the host side may know about sb (its
 	// access token): they must be readable nowhere inside any sandbox.
 	Secrets func(t *testing.T, sb *sandboxes.Sandbox) []string
@@ -213,6 +217,8 @@ func Run(t *testing.T, cfg sandboxes.Config, o Options) {
 		{"Secrets", c.secrets},
 		{"WriteOutside", c.writeOutside},
 		{"NetworkNone", c.networkNone},
+		{"NetworkAll", c.networkAll},
+		{"NetworkAllowlist", c.networkAllowlist},
 		{"Escalation", c.escalation},
 		{"SetuidBinaries", c.setuidBinaries},
 		{"WriteProcSys", c.writeProcSys},

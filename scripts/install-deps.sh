@@ -14,7 +14,7 @@ set -euo pipefail
 if [ "${1:-}" = run ]; then
   pkgs=(python3)
 else
-pkgs=(python3 python-is-python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap)
+pkgs=(python3 python-is-python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap iproute2)
 # Any Docker engine will do (Docker's own docker-ce packages too): Debian's
 # docker.io only when there is no dockerd at all.
 # (/usr/sbin is not on every user's PATH.)

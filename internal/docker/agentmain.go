@@ -67,8 +67,11 @@ type agentConfig struct {
 // public package calls it from init, so any static binary that imports it
 // can be a docker sandbox's init.
 func Main() {
-	if os.Getenv(roleEnv) == roleAgent {
+	switch os.Getenv(roleEnv) {
+	case roleAgent:
 		os.Exit(runAgent())
+	case roleNetwork:
+		os.Exit(runNetwork())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -85,7 +86,7 @@ func (Variant) Name() string { return "docker" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true, IdleTimeout: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
 }
 
 // Environments implements driver.Variant: the store's named builds (host
@@ -147,12 +148,12 @@ func networkMode(policy string) (string, container.NetworkMode, error) {
 	switch policy {
 	case "", "none":
 		return "none", "none", nil
-	case "all":
-		// The engine's default bridge: outbound access through its NAT, and
-		// nothing published: the host reaches ports through the agent.
-		return "all", "bridge", nil
-	case "allowlist":
-		return "", "", fmt.Errorf("%w: network policy allowlist is not available on the docker variant yet (it needs an egress proxy the engine can't give per container); use none (default) or all", sberr.ErrNotSupported)
+	case "all", "allowlist":
+		// Not the engine's bridge (which reaches the host's docker0 address
+		// and so every service listening on 0.0.0.0, private ranges and
+		// cloud metadata): no network from the engine, and ours attached
+		// from the host (network.go).
+		return policy, "none", nil
 	}
 	return "", "", fmt.Errorf("%w: network policy %q", sberr.ErrInvalidConfig, policy)
 }
@@ -201,7 +202,7 @@ func checkPackages(spec driver.Spec, network string) error {
 			return fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
 		}
 	}
-	if len(spec.Packages) > 0 && network != "all" {
+	if len(spec.Packages) > 0 && network == "none" {
 		return fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an environment that has them)", sberr.ErrInvalidConfig)
 	}
 	return nil
@@ -215,6 +216,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	if err := checkPackages(spec, network); err != nil {
 		return nil, err
+	}
+	if network != "none" {
+		if err := checkNetworked(spec); err != nil {
+			return nil, err
+		}
 	}
 	opts, err := optionsOf(spec)
 	if err != nil {
@@ -427,6 +433,11 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	if insp.Container.State != nil {
 		pid = insp.Container.State.Pid
 	}
+	if ls.network != "none" {
+		if err := startNetwork(ctx, ls.dir, pid, spec); err != nil {
+			return nil, withLog(fmt.Errorf("create docker sandbox: %w", err))
+		}
+	}
 	inst = newInstance(e, ls.id, containerID, ls.dir, ls.token, pid)
 	if err := inst.waitHealthy(ctx, startTimeout, waitRes); err != nil {
 		return nil, withLog(fmt.Errorf("create docker sandbox: %w", err))
@@ -525,6 +536,14 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		},
+	}
+	if ls.network != "none" {
+		// The resolver of the user-space stack (network.go).
+		hc.DNS = []netip.Addr{netip.MustParseAddr(isolate.TUNGatewayIPv4)}
+		// The engine turns IPv6 off in a container without an IPv6
+		// network; the stack serves IPv6 as well as IPv4 (tun0, attached
+		// later, takes the default setting).
+		hc.Sysctls = map[string]string{"net.ipv6.conf.all.disable_ipv6": "0", "net.ipv6.conf.default.disable_ipv6": "0"}
 	}
 	if m := spec.Memory(); m > 0 {
 		hc.Memory = m

@@ -64,6 +64,7 @@ type Spec struct {
 	WorkingDir   string
 	Network      string // none | all | allowlist
 	AllowedHosts []string
+	AllowPrivate bool // network all/allowlist may reach the private ranges
 	Packages     []string
 	PackageIndex string
 	// EnvironmentDir is the environment store ("" = its default).
@@ -169,6 +170,12 @@ type Instance interface {
 	// Release frees what this process holds for the sandbox (forwarders,
 	// connections) without ending it.
 	Release() error
+}
+
+// NetworkUpdater is an Instance whose network policy can change while it
+// runs.
+type NetworkUpdater interface {
+	UpdateNetwork(ctx context.Context, network string, allowedHosts []string, allowPrivate bool) error
 }
 
 // Variant launches and finds sandboxes.

@@ -78,6 +78,14 @@ func stage1(cfg *childConfig) error {
 	if err != nil || n != 1 {
 		return errors.New("parent went away before releasing the sandbox")
 	}
+	if cfg.Network == NetworkTUN {
+		if err := loopbackUp(); err != nil {
+			return fmt.Errorf("loopback up: %w", err)
+		}
+		if err := childTUN(cfg); err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+	}
 	unix.Close(cfg.SyncFD)
 	if cfg.Rootfs != "" {
 		fd, err := receivedFD(oob[:oobn])
@@ -500,6 +508,10 @@ func writeEtcFiles(cfg *childConfig) error {
 		"group":    "root:x:0:\nusers:x:100:user\nnogroup:x:65534:\n",
 		"hostname": cfg.Hostname + "\n",
 		"hosts":    "127.0.0.1\tlocalhost " + cfg.Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	}
+	if cfg.Network == NetworkTUN {
+		// The user-space stack behind tun0 answers DNS on its gateway.
+		files["resolv.conf"] = "nameserver " + TUNGatewayIPv4 + "\nnameserver " + TUNGatewayIPv6 + "\n"
 	}
 	for name, content := range files {
 		dst := "/etc/" + name

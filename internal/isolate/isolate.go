@@ -73,6 +73,10 @@ type Process struct {
 	waitErr  error
 
 	cleanupMu sync.Mutex
+
+	// TUN is the host end of the sandbox's tun0 with Spec.Network
+	// NetworkTUN (nil otherwise); the caller owns it.
+	TUN *os.File
 }
 
 // CgroupDirs returns the sandbox's cgroup directories (one for v2, one per
@@ -105,6 +109,9 @@ type childConfig struct {
 	// socket, and RootfsFD is where it received it.
 	Rootfs   string `json:"rootfs,omitempty"`
 	RootfsFD int    `json:"-"`
+	// TUNByChild: with NetworkTUN, the init creates the device itself and
+	// sends its fd back (unprivileged callers; see tun.go).
+	TUNByChild bool `json:"tun_by_child,omitempty"`
 }
 
 // Start starts a sandbox and returns once its init has finished the setup
@@ -114,9 +121,9 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	switch spec.Network {
 	case "":
 		spec.Network = NetworkNone
-	case NetworkNone, NetworkAll:
+	case NetworkNone, NetworkAll, NetworkTUN:
 	default:
-		return nil, fmt.Errorf("isolate: unknown network mode %q (want %q or %q)", spec.Network, NetworkNone, NetworkAll)
+		return nil, fmt.Errorf("isolate: unknown network mode %q (want %q, %q or %q)", spec.Network, NetworkNone, NetworkTUN, NetworkAll)
 	}
 	if spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.Pids < 0 || spec.HomeSizeBytes < 0 || spec.TmpSizeBytes < 0 || spec.FilesSizeBytes < 0 {
 		return nil, errors.New("isolate: negative limit")
@@ -196,6 +203,8 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		}
 	}()
 
+	root := os.Geteuid() == 0
+	cfg.TUNByChild = spec.Network == NetworkTUN && !root
 	n := len(spec.ExtraFiles)
 	cfg.ExeFD, cfg.SyncFD, cfg.StatusFD = 3+n, 4+n, 5+n
 	cfgJSON, err := json.Marshal(cfg)
@@ -203,13 +212,12 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		return nil, err
 	}
 
-	root := os.Geteuid() == 0
 	hostUID, hostGID := os.Geteuid(), os.Getegid()
 	if root {
 		hostUID, hostGID = RootModeHostUID, RootModeHostGID
 	}
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
-	if spec.Network == NetworkNone {
+	if spec.Network != NetworkAll {
 		flags |= unix.CLONE_NEWNET
 	}
 	// All capabilities as ambient caps: the child execs as uid 1000 and would
@@ -257,6 +265,9 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	statW.Close()
 	exe.Close()
 	fail := func(e error) (*Process, error) {
+		if p.TUN != nil {
+			p.TUN.Close()
+		}
 		p.Kill()
 		p.Wait()
 		p.Cleanup()
@@ -279,12 +290,37 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		rights = unix.UnixRights(fd)
 		defer unix.Close(fd)
 	}
+	if spec.Network == NetworkTUN && root {
+		if p.TUN, err = tunCreateIn(p.Pid); err != nil {
+			return fail(fmt.Errorf("isolate: network: %w", err))
+		}
+	}
 	if err := unix.Sendmsg(int(syncW.Fd()), []byte{'G'}, rights, nil, unix.MSG_NOSIGNAL); err != nil {
 		// EPIPE (ECONNRESET): the init is already gone.
 		p.Kill()
 		info, _ := p.Wait()
 		p.Cleanup()
+		if p.TUN != nil {
+			p.TUN.Close()
+		}
 		return nil, fmt.Errorf("isolate: sandbox init exited before setup (%v); does %s call isolate.Child?", info, spec.Path)
+	}
+	if cfg.TUNByChild {
+		// The init sends the device it created, or dies and reports why on
+		// the status pipe (read below: EOF here is not the error to give).
+		oob := make([]byte, unix.CmsgSpace(4))
+		var b [1]byte
+		n, oobn, _, _, err := unix.Recvmsg(int(syncW.Fd()), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+		for errors.Is(err, unix.EINTR) {
+			n, oobn, _, _, err = unix.Recvmsg(int(syncW.Fd()), b[:], oob, unix.MSG_CMSG_CLOEXEC)
+		}
+		if err == nil && n == 1 {
+			fd, err := receivedFD(oob[:oobn])
+			if err != nil {
+				return fail(fmt.Errorf("isolate: network: %w", err))
+			}
+			p.TUN = os.NewFile(uintptr(fd), "/dev/net/tun")
+		}
 	}
 	syncW.Close()
 

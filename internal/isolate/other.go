@@ -5,6 +5,7 @@ package isolate
 import (
 	"context"
 	"errors"
+	"os"
 )
 
 var errUnsupported = errors.New("isolate: sandboxes need Linux (namespaces, cgroups, seccomp)")
@@ -13,10 +14,12 @@ var errUnsupported = errors.New("isolate: sandboxes need Linux (namespaces, cgro
 type Process struct {
 	Pid int
 	ID  string
+	TUN *os.File
 }
 
 func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported }
 func CheckSupport() error                           { return errUnsupported }
+func AttachTUN(int) (*os.File, error)               { return nil, errUnsupported }
 func IsChild() bool                                 { return false }
 func Child() error                                  { return errUnsupported }
 func LoadSeccompAllThreads() error                  { return errUnsupported }

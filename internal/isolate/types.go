@@ -87,7 +87,7 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 
 	Hostname string // default "sandbox"
-	Network  string // NetworkNone (default) or NetworkAll
+	Network  string // NetworkNone (default), NetworkTUN or NetworkAll
 	// Rootfs is the directory whose content becomes the sandbox's root,
 	// read-only; "" means the host's system directories (/usr, /bin, /sbin,
 	// /lib*, /etc) and nothing else of the host. Either way the sandbox's

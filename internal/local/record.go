@@ -31,10 +31,14 @@ type record struct {
 	AgentPid  int               `json:"agent_pid"`
 	Token     string            `json:"token"`
 	Network   string            `json:"network"`
-	Memory    int64             `json:"memory_bytes,omitempty"`
-	CPUs      float64           `json:"cpus,omitempty"`
-	Pids      int64             `json:"pids,omitempty"`
-	Cgroups   []string          `json:"cgroups,omitempty"`
+	// AllowedHosts and AllowPrivate complete Network (all, allowlist); the
+	// supervisor re-reads them on SIGUSR1 (UpdateNetwork).
+	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	AllowPrivate bool     `json:"allow_private,omitempty"`
+	Memory       int64    `json:"memory_bytes,omitempty"`
+	CPUs         float64  `json:"cpus,omitempty"`
+	Pids         int64    `json:"pids,omitempty"`
+	Cgroups      []string `json:"cgroups,omitempty"`
 	// Environment is what the sandbox runs on: "host" (the host's system
 	// directories) or the environment name (or id) it was created with;
 	// BuildID pins the build (empty for host).

@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
@@ -115,6 +119,10 @@ func runShim() int {
 	}
 	defer logf.Close()
 	r := spec.Record
+	network := isolate.NetworkNone
+	if r.Network != "none" {
+		network = isolate.NetworkTUN
+	}
 	ispec := isolate.Spec{
 		// /proc/self/exe still works when the binary was deleted after we
 		// started (go run removes its temporary build).
@@ -125,7 +133,7 @@ func runShim() int {
 		Stdout:        logf,
 		Stderr:        logf,
 		Hostname:      "sandbox",
-		Network:       r.Network,
+		Network:       network,
 		MemoryBytes:   r.Memory,
 		CPUs:          r.CPUs,
 		Pids:          r.Pids,
@@ -147,6 +155,19 @@ func runShim() int {
 	// needs CAP_SYS_RESOURCE; without it the agent keeps 0, still below its
 	// children's 500, so a failure here only narrows the margin.
 	_ = procstat.SetOOMScoreAdj(proc.Pid, procstat.OOMScoreAgent)
+	var netw *egress.Stack
+	if proc.TUN != nil {
+		runtime.GOMAXPROCS(2) // the network stack works on packets while the sandbox talks
+		netw, err = startNetwork(dir, &r, proc.TUN)
+		if err != nil {
+			cfgW.Close()
+			_ = proc.Kill()
+			_, _ = proc.Wait()
+			_ = proc.Cleanup()
+			return fail(err)
+		}
+		defer netw.Close()
+	}
 	_ = json.NewEncoder(cfgW).Encode(spec.Agent)
 	cfgW.Close()
 
@@ -171,6 +192,19 @@ func runShim() int {
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	if netw != nil {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		go func() {
+			for range usr1 {
+				if cur, err := readRecord(dir); err == nil {
+					if err := netw.SetPolicy(policyOf(cur.Network, cur.AllowedHosts, cur.AllowPrivate)); err != nil {
+						netw.Logf("egress: policy update refused: %v", err)
+					}
+				}
+			}
+		}()
+	}
 	done := make(chan struct{})
 	go func() {
 		// Backup for the agent's own lifetime enforcement: if the agent is
@@ -216,4 +250,47 @@ func runShim() int {
 	logf.Close()
 	_ = os.RemoveAll(dir)
 	return 0
+}
+
+// dnsEnv names upstream resolvers ("ip:port,ip:port") for the sandboxes'
+// own resolver instead of the host's /etc/resolv.conf ones (tests set it to
+// a resolver with a test zone).
+const dnsEnv = "CODE_SANDBOXES_DNS"
+
+// maxNetLog bounds network.log: refusals are logged, and hostile code can
+// make as many as it likes.
+const maxNetLog = 1 << 20
+
+// startNetwork runs the sandbox's network (network all or allowlist) on the
+// host end of its TUN device.
+func startNetwork(dir string, r *record, tun *os.File) (*egress.Stack, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "network.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		tun.Close()
+		return nil, err
+	}
+	lw := &cappedWriter{f: f, left: maxNetLog}
+	logger := log.New(lw, "", log.LstdFlags)
+	var dns []string
+	if v := os.Getenv(dnsEnv); v != "" {
+		dns = strings.Split(v, ",")
+	}
+	return egress.Start(tun, policyOf(r.Network, r.AllowedHosts, r.AllowPrivate), egress.Options{DNS: dns, Logf: logger.Printf})
+}
+
+// cappedWriter writes until its budget is spent, then drops.
+type cappedWriter struct {
+	mu   sync.Mutex
+	f    *os.File
+	left int
+}
+
+func (w *cappedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(p) <= w.left {
+		w.left -= len(p)
+		_, _ = w.f.Write(p)
+	}
+	return len(p), nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/forward"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
@@ -33,7 +34,7 @@ func (Variant) Name() string { return "local" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all"}, Limits: true, Packages: true, IdleTimeout: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
 }
 
 // Environments implements driver.Variant: host, and the builds of the
@@ -65,20 +66,18 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
-	switch spec.Network {
-	case "", "none", "all":
-	case "allowlist":
-		return nil, fmt.Errorf("%w: network policy allowlist is not available on the local variant yet; use none (default) or all", sberr.ErrNotSupported)
-	}
 	if spec.Network == "" {
 		spec.Network = "none"
+	}
+	if err := checkNetwork(spec.Network, spec.AllowedHosts, spec.AllowPrivate); err != nil {
+		return nil, err
 	}
 	for _, p := range spec.Packages {
 		if p == "" || strings.HasPrefix(p, "-") || strings.ContainsAny(p, " \t\r\n\x00") {
 			return nil, fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
 		}
 	}
-	if len(spec.Packages) > 0 && spec.Network != "all" {
+	if len(spec.Packages) > 0 && spec.Network == "none" {
 		return nil, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an environment that has them)", sberr.ErrInvalidConfig)
 	}
 	if err := isolate.CheckSupport(); err != nil {
@@ -105,7 +104,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
-		Token: newToken(), Network: spec.Network, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
+		Token: newToken(), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
 		Environment: senv.Name, BuildID: senv.BuildID}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
@@ -178,7 +177,7 @@ const defaultPids = 1024
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR"} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
@@ -310,6 +309,55 @@ func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	}
 	r.EndAt = time.Now().Add(d)
 	return writeRecord(i.dir(), r)
+}
+
+// UpdateNetwork changes the policy of a running sandbox with network all or
+// allowlist (its own network namespace cannot be added or removed later):
+// the record says what the supervisor applies on SIGUSR1, for connections
+// opened from then on.
+func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []string, allowPrivate bool) error {
+	r, err := i.record()
+	if err != nil {
+		return err
+	}
+	if err := checkNetwork(network, allowed, allowPrivate); err != nil {
+		return err
+	}
+	if (r.Network == "none") != (network == "none") {
+		return fmt.Errorf("%w: sandbox %s was created with network %s; a running sandbox can switch between all and allowlist only (create a new one)", sberr.ErrNotSupported, r.ID, r.Network)
+	}
+	if network == "none" {
+		return nil
+	}
+	r.Network, r.AllowedHosts, r.AllowPrivate = network, allowed, allowPrivate
+	if err := writeRecord(i.dir(), r); err != nil {
+		return err
+	}
+	if !r.alive() {
+		return fmt.Errorf("sandbox %s: %w", r.ID, sberr.ErrNotFound)
+	}
+	return syscall.Kill(r.ShimPid, syscall.SIGUSR1)
+}
+
+// checkNetwork validates a network policy for the local variant.
+func checkNetwork(network string, allowed []string, allowPrivate bool) error {
+	switch network {
+	case "none":
+		if len(allowed) > 0 || allowPrivate {
+			return fmt.Errorf("%w: allowed hosts and private ranges need network all or allowlist", sberr.ErrInvalidConfig)
+		}
+		return nil
+	case "all", "allowlist":
+		if _, err := egress.Compile(policyOf(network, allowed, allowPrivate)); err != nil {
+			return fmt.Errorf("%w: %w", sberr.ErrInvalidConfig, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: unknown network policy %q; use none, all or allowlist", sberr.ErrInvalidConfig, network)
+}
+
+func policyOf(network string, allowed []string, allowPrivate bool) egress.Policy {
+	return egress.Policy{Mode: network, Allowed: allowed, AllowPrivate: allowPrivate}
 }
 
 // Host forwards a loopback port of this process to port inside the sandbox,

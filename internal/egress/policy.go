@@ -1,0 +1,309 @@
+// Package egress is the network of a sandbox that has one: a user-space
+// TCP/IP stack (gVisor's netstack) on the host end of the sandbox's TUN
+// device, which terminates every connection the sandbox opens and dials out
+// on its behalf, from the supervisor, only after checking the destination
+// against the sandbox's policy. Nothing the sandbox sends reaches the host's
+// kernel network stack as a packet: only the supervisor's own sockets do.
+//
+// Policy "all": any destination on the internet. Never the host itself (its
+// loopback, any address of any of its interfaces), link-local addresses
+// (169.254/16 with cloud metadata, fe80::/10), multicast/broadcast, and,
+// unless AllowPrivate, the private ranges (10/8, 172.16/12, 192.168/16,
+// 100.64/10, fc00::/7).
+//
+// Policy "allowlist": the same, and further only names, wildcards, IPs and
+// CIDRs listed in Allowed. Named hosts are reachable only at addresses our
+// own resolver answered for them (pinned for the sandbox's lifetime), and
+// only with a TLS ClientHello whose SNI, or an HTTP request whose Host, is
+// that name; other protocols reach only listed IPs/CIDRs. UDP is refused
+// except DNS to the stack's own resolver.
+//
+// A refused TCP connection gets a RST and a refused UDP datagram an ICMP
+// port unreachable, at once.
+package egress
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Modes.
+const (
+	ModeAll       = "all"
+	ModeAllowlist = "allowlist"
+)
+
+// ErrPolicy marks a configuration this package refuses.
+var ErrPolicy = errors.New("egress policy")
+
+// Policy says where a sandbox may connect.
+type Policy struct {
+	Mode string `json:"mode"`
+	// AllowPrivate lets connections reach the private ranges (never the
+	// host's own addresses, loopback or link-local).
+	AllowPrivate bool `json:"allow_private,omitempty"`
+	// Allowed (allowlist only): "host.example.com", "*.example.org" (its
+	// subdomains, not itself), an IP, or a CIDR.
+	Allowed []string `json:"allowed,omitempty"`
+}
+
+// compiled is a Policy ready for lookups.
+type compiled struct {
+	mode         string
+	allowPrivate bool
+	names        map[string]bool
+	suffixes     []string // ".example.org" for "*.example.org"
+	prefixes     []netip.Prefix
+}
+
+// maxAllowed bounds the allowlist's size.
+const maxAllowed = 1024
+
+// Compile checks a policy; the error says what is wrong with it.
+func Compile(p Policy) (Policy, error) {
+	_, err := compile(p)
+	return p, err
+}
+
+func compile(p Policy) (*compiled, error) {
+	c := &compiled{mode: p.Mode, allowPrivate: p.AllowPrivate, names: map[string]bool{}}
+	switch p.Mode {
+	case ModeAll:
+		if len(p.Allowed) > 0 {
+			return nil, fmt.Errorf("%w: allowed hosts are only meaningful with mode allowlist", ErrPolicy)
+		}
+	case ModeAllowlist:
+		if len(p.Allowed) == 0 {
+			return nil, fmt.Errorf("%w: allowlist needs at least one allowed host", ErrPolicy)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown mode %q (want all or allowlist)", ErrPolicy, p.Mode)
+	}
+	if len(p.Allowed) > maxAllowed {
+		return nil, fmt.Errorf("%w: %d allowed hosts, at most %d", ErrPolicy, len(p.Allowed), maxAllowed)
+	}
+	for _, raw := range p.Allowed {
+		h := strings.ToLower(strings.TrimSpace(raw))
+		if pfx, err := netip.ParsePrefix(h); err == nil {
+			if err := checkListedPrefix(raw, pfx.Masked()); err != nil {
+				return nil, err
+			}
+			c.prefixes = append(c.prefixes, pfx.Masked())
+			continue
+		}
+		if ip, err := netip.ParseAddr(h); err == nil {
+			pfx := netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+			if err := checkListedPrefix(raw, pfx); err != nil {
+				return nil, err
+			}
+			c.prefixes = append(c.prefixes, pfx)
+			continue
+		}
+		h = strings.TrimSuffix(h, ".")
+		wild := strings.HasPrefix(h, "*.")
+		name := strings.TrimPrefix(h, "*.")
+		if !validName(name) {
+			return nil, fmt.Errorf("%w: allowed host %q is not a host name, *.domain, IP or CIDR", ErrPolicy, raw)
+		}
+		if wild {
+			c.suffixes = append(c.suffixes, "."+name)
+		} else {
+			c.names[name] = true
+		}
+	}
+	return c, nil
+}
+
+// checkListedPrefix refuses allowlist entries that would name what is never
+// reachable: listing it must not look like it works.
+func checkListedPrefix(raw string, p netip.Prefix) error {
+	for _, b := range alwaysBlocked {
+		if b.Overlaps(p) {
+			return fmt.Errorf("%w: allowed %q overlaps %s (loopback, link-local, multicast or unspecified), which a sandbox never reaches", ErrPolicy, raw, b)
+		}
+	}
+	return nil
+}
+
+func validName(n string) bool {
+	if n == "" || len(n) > 253 || strings.Contains(n, "*") {
+		return false
+	}
+	for _, l := range strings.Split(n, ".") {
+		if l == "" || len(l) > 63 {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// nameAllowed: is the DNS name (lower case, no trailing dot) listed?
+func (c *compiled) nameAllowed(n string) bool {
+	n = strings.TrimSuffix(strings.ToLower(n), ".")
+	if c.names[n] {
+		return true
+	}
+	for _, s := range c.suffixes {
+		if strings.HasSuffix(n, s) && len(n) > len(s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *compiled) listed(ip netip.Addr) bool {
+	for _, p := range c.prefixes {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	alwaysBlocked = mustPrefixes(
+		"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4", // 240/4 includes 255.255.255.255
+		"::/128", "::1/128", "fe80::/10", "ff00::/8",
+	)
+	privateRanges = mustPrefixes(
+		"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7",
+	)
+)
+
+func mustPrefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// hostAddrs caches the host's own interface addresses for a short while: a
+// connection's check must see an address added a moment ago, but a burst of
+// connections needn't each dump the interfaces.
+type hostAddrs struct {
+	mu    sync.Mutex
+	at    time.Time
+	addrs map[netip.Addr]bool
+}
+
+const hostAddrsTTL = time.Second
+
+func (h *hostAddrs) contains(ip netip.Addr) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.addrs == nil || time.Since(h.at) > hostAddrsTTL {
+		as, err := net.InterfaceAddrs()
+		if err != nil {
+			return false, err
+		}
+		m := map[netip.Addr]bool{}
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok {
+					m[ip.Unmap()] = true
+				}
+			}
+		}
+		h.addrs, h.at = m, time.Now()
+	}
+	return h.addrs[ip], nil
+}
+
+// verdict is what may happen with a connection.
+type verdict int
+
+const (
+	refuse verdict = iota
+	direct         // dial at once
+	named          // allowlist: only after the SNI/Host names a name pinned to this address
+)
+
+// check decides about a destination address and says why when it refuses.
+func (c *compiled) check(ip netip.Addr, host *hostAddrs, pins *pinSet) (verdict, string) {
+	ip = ip.Unmap()
+	if ok, why := c.reachable(ip, host); !ok {
+		return refuse, why
+	}
+	switch {
+	case c.mode == ModeAll, c.mode == ModeAllowlist && c.listed(ip):
+		return direct, ""
+	case pins.has(ip):
+		return named, ""
+	}
+	return refuse, "address " + ip.String() + " is not allowed (not listed, and no allowed name resolved to it)"
+}
+
+// reachable: may the address be reached at all (allowlist aside)?
+func (c *compiled) reachable(ip netip.Addr, host *hostAddrs) (bool, string) {
+	if !ip.IsValid() {
+		return false, "invalid address"
+	}
+	for _, b := range alwaysBlocked {
+		if b.Contains(ip) {
+			return false, "loopback, link-local, multicast or unspecified address " + ip.String()
+		}
+	}
+	if own, err := host.contains(ip); err != nil || own {
+		return false, "an address of the host " + ip.String()
+	}
+	if !c.allowPrivate && !(c.mode == ModeAllowlist && c.listed(ip)) {
+		for _, p := range privateRanges {
+			if p.Contains(ip) {
+				return false, "private address " + ip.String() + " (not allowed by the policy)"
+			}
+		}
+	}
+	return true, ""
+}
+
+// pinSet remembers which addresses our resolver answered for which allowed
+// names. Entries stay for the sandbox's lifetime (a name's address a client
+// cached must keep working); the set is bounded, and when full new answers
+// are not pinned (so their addresses are refused: fail closed).
+type pinSet struct {
+	mu sync.Mutex
+	m  map[netip.Addr]map[string]bool
+	n  int
+}
+
+const maxPins = 16384
+
+func (p *pinSet) add(ip netip.Addr, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[netip.Addr]map[string]bool{}
+	}
+	ip = ip.Unmap()
+	if p.m[ip][name] || p.n >= maxPins {
+		return
+	}
+	if p.m[ip] == nil {
+		p.m[ip] = map[string]bool{}
+	}
+	p.m[ip][name] = true
+	p.n++
+}
+
+func (p *pinSet) has(ip netip.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.m[ip.Unmap()]) > 0
+}
+
+func (p *pinSet) pinned(ip netip.Addr, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[ip.Unmap()][name]
+}

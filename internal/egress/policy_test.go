@@ -1,0 +1,88 @@
+package egress
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+)
+
+func TestCompileRefuses(t *testing.T) {
+	for _, p := range []Policy{
+		{Mode: "sometimes"},
+		{Mode: ModeAllowlist},
+		{Mode: ModeAll, Allowed: []string{"example.com"}},
+		{Mode: ModeAllowlist, Allowed: []string{"127.0.0.1"}},
+		{Mode: ModeAllowlist, Allowed: []string{"::ffff:127.0.0.1"}},
+		{Mode: ModeAllowlist, Allowed: []string{"0.0.0.0/0"}}, // overlaps loopback: list real ranges
+		{Mode: ModeAllowlist, Allowed: []string{"169.254.169.254"}},
+		{Mode: ModeAllowlist, Allowed: []string{"fe80::/64"}},
+		{Mode: ModeAllowlist, Allowed: []string{"*"}},
+		{Mode: ModeAllowlist, Allowed: []string{"a*.example.com"}},
+		{Mode: ModeAllowlist, Allowed: []string{"exa mple.com"}},
+		{Mode: ModeAllowlist, Allowed: []string{"http://example.com"}},
+	} {
+		if _, err := compile(p); !errors.Is(err, ErrPolicy) {
+			t.Errorf("compile(%+v) = %v, want ErrPolicy", p, err)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	c, err := compile(Policy{Mode: ModeAllowlist, Allowed: []string{"api.example.com", "*.example.org", "203.0.113.0/24", "10.1.2.3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{
+		"api.example.com": true, "API.Example.COM.": true, "x.api.example.com": false, "example.com": false,
+		"a.example.org": true, "a.b.example.org": true, "example.org": false, "badexample.org": false,
+	} {
+		if got := c.nameAllowed(name); got != want {
+			t.Errorf("nameAllowed(%q) = %v, want %v", name, got, want)
+		}
+	}
+	var host hostAddrs
+	var pins pinSet
+	pins.add(netip.MustParseAddr("198.51.100.7"), "api.example.com")
+	for ip, want := range map[string]verdict{
+		"203.0.113.9":      direct,
+		"10.1.2.3":         direct, // private, but listed
+		"10.1.2.4":         refuse,
+		"198.51.100.7":     named,
+		"198.51.100.8":     refuse,
+		"127.0.0.1":        refuse,
+		"::ffff:127.0.0.1": refuse,
+		"169.254.169.254":  refuse,
+		"::1":              refuse,
+		"fe80::1":          refuse,
+		"224.0.0.1":        refuse,
+		"255.255.255.255":  refuse,
+		"0.0.0.0":          refuse,
+	} {
+		if got, why := c.check(netip.MustParseAddr(ip), &host, &pins); got != want {
+			t.Errorf("check(%s) = %v (%s), want %v", ip, got, why, want)
+		}
+	}
+	all, _ := compile(Policy{Mode: ModeAll})
+	for ip, want := range map[string]verdict{
+		"198.51.100.8": direct, "10.0.0.1": refuse, "172.16.5.5": refuse, "192.168.1.1": refuse,
+		"100.64.0.1": refuse, "fd00::1": refuse, "2001:db8::1": direct, "::ffff:10.0.0.1": refuse,
+	} {
+		if got, why := all.check(netip.MustParseAddr(ip), &host, &pins); got != want {
+			t.Errorf("all: check(%s) = %v (%s), want %v", ip, got, why, want)
+		}
+	}
+	priv, _ := compile(Policy{Mode: ModeAll, AllowPrivate: true})
+	if got, _ := priv.check(netip.MustParseAddr("10.0.0.1"), &host, &pins); got != direct {
+		t.Errorf("AllowPrivate: 10.0.0.1 = %v", got)
+	}
+	// Every address of the host itself is refused, private or not.
+	if got, _ := priv.check(netip.MustParseAddr("127.0.0.1"), &host, &pins); got != refuse {
+		t.Errorf("AllowPrivate: loopback = %v", got)
+	}
+	host.contains(netip.Addr{}) // fill the cache
+	for a := range host.addrs {
+		if got, _ := priv.check(a, &host, &pins); got != refuse {
+			t.Errorf("AllowPrivate: host address %s = %v", a, got)
+		}
+	}
+}

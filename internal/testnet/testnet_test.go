@@ -1,0 +1,47 @@
+//go:build linux
+
+package testnet
+
+import (
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestStartClose: the test internet answers from the host, and Close
+// leaves no namespace or interface behind.
+func TestStartClose(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root")
+		}
+		t.Skip("needs root")
+	}
+	n, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", net.JoinHostPort(ServerIPv4, "80"), 5*time.Second)
+	if err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	b, _ := io.ReadAll(c)
+	c.Close()
+	if !strings.HasSuffix(string(b), "internet x\n") {
+		t.Errorf("reply %q", b)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + n.NS); err == nil {
+		t.Errorf("namespace %s left behind", n.NS)
+	}
+	if _, err := net.InterfaceByName(n.veth); err == nil {
+		t.Errorf("interface %s left behind", n.veth)
+	}
+}
