@@ -283,6 +283,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		tags[tagPrivate] = "true"
 	}
 	q, release, err := s.reserve(k.Team)
+	if errors.Is(err, errQuota) {
+		// Sandboxes that ended by their timeout still count until a listing
+		// notices; look, then decide.
+		if _, lerr := s.ours(r.Context(), ""); lerr == nil {
+			q, release, err = s.reserve(k.Team)
+		}
+	}
 	if err != nil {
 		s.metrics.creates.WithLabelValues(k.Team, "quota").Inc()
 		s.metrics.refused.WithLabelValues("quota").Inc()
