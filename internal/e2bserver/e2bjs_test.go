@@ -129,7 +129,10 @@ func TestOfficialJSSDKKubernetes(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("importing %s: %v: %s", tag, err, out)
 	}
-	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "kubernetes",
+	// The test cluster's network plugin does not enforce NetworkPolicy, so
+	// the variant refuses network none there (as the root package's
+	// kubernetes tests, these sandboxes get network all).
+	testOfficialJSSDK(t, Options{DefaultNetwork: sandboxes.NetworkAll, Config: sandboxes.Config{Variant: "kubernetes",
 		Kubernetes: sandboxes.KubernetesConfig{Image: tag, ImagePullPolicy: "Never"}}})
 }
 
