@@ -297,6 +297,12 @@ func TestTunnelToServerItselfRefused(t *testing.T) {
 	// A loop the mark can't see (a program in the sandbox that strips it
 	// and calls the server again) runs into the per-sandbox bound.
 	e := s.lookup(a.SandboxID, "")
+	// The requests above may still be unwinding after their answers.
+	for deadline := time.Now().Add(10 * time.Second); e.inflight.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d data-plane requests still open", e.inflight.Load())
+		}
+	}
 	e.inflight.Store(maxInflight)
 	if st, _ := tunnel(t, base, a, 8000, nil); st != http.StatusTooManyRequests {
 		t.Errorf("request over the in-flight bound: %d, want 429", st)
