@@ -34,7 +34,7 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 	}
 	o.Config.Local.RuntimeDir = rt
 	if o.Config.Variant != "" && o.Config.Variant != "local" {
-		o.Config.Tags = map[string]string{"e2bserver-test": rt}
+		o.Config.Tags = map[string]string{tagPrefix + "test": rt} // hidden from metadata, as every reserved tag
 	}
 	s, err := New(o)
 	if err != nil {
