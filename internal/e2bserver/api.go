@@ -432,6 +432,9 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 	}
 	for _, id := range held {
 		if !live[id] {
+			if e := s.lookup(id, ""); e != nil {
+				s.log.Info("ended", "sandbox", id, "team", e.team, "by", "timeout")
+			}
 			s.forget(id)
 		}
 	}
