@@ -283,6 +283,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		tags[tagPrivate] = "true"
 	}
 	q, release, err := s.reserve(k.Team)
+	if errors.Is(err, errQuota) {
+		// Sandboxes that ended by their timeout still count until a listing
+		// notices; look, then decide.
+		if _, lerr := s.ours(r.Context(), ""); lerr == nil {
+			q, release, err = s.reserve(k.Team)
+		}
+	}
 	if err != nil {
 		s.metrics.creates.WithLabelValues(k.Team, "quota").Inc()
 		s.metrics.refused.WithLabelValues("quota").Inc()
@@ -425,6 +432,9 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 	}
 	for _, id := range held {
 		if !live[id] {
+			if e := s.lookup(id, ""); e != nil {
+				s.log.Info("ended", "sandbox", id, "team", e.team, "by", "timeout")
+			}
 			s.forget(id)
 		}
 	}

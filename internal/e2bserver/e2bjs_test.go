@@ -90,13 +90,50 @@ func TestOfficialJSSDKDocker(t *testing.T) {
 
 // TestOfficialJSSDKKubernetes: the same SDK run against serve --variant
 // kubernetes, on the cluster make test brings up (scripts/with-k8s.sh sets
-// KUBECONFIG).
+// KUBECONFIG and CODE_SANDBOXES_K8S_IMPORT). The pods run the python
+// environment with this (static) test binary as their agent, imported into
+// the cluster as the kubernetes tests of the root package do.
 func TestOfficialJSSDKKubernetes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts pods and node")
 	}
 	sandboxestest.Require(t, os.Getenv("KUBECONFIG") != "", "a Kubernetes cluster: run under scripts/with-k8s.sh (make test does)")
-	testOfficialJSSDK(t, Options{Config: sandboxes.Config{Variant: "kubernetes"}})
+	sandboxestest.Require(t, os.Getenv("CODE_SANDBOXES_K8S_IMPORT") != "", "a way to load images into the cluster ($CODE_SANDBOXES_K8S_IMPORT, set by scripts/with-k8s.sh)")
+	requireStatic(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := environment.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	b, err := st.Ensure(ctx, "python", environment.BuildOptions{Progress: os.Stderr})
+	sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment: %v", err))
+	tag := environment.ImageTag(b)
+	tarPath := filepath.Join(t.TempDir(), "image.tar")
+	f, err := os.Create(tarPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = environment.WriteImageTar(ctx, b, tag, []environment.ExtraFile{{Path: environment.AgentPath, HostPath: exe, Mode: 0o755}}, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("exporting the python environment: %v", err)
+	}
+	argv := append(strings.Fields(os.Getenv("CODE_SANDBOXES_K8S_IMPORT")), tarPath)
+	if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("importing %s: %v: %s", tag, err, out)
+	}
+	// The test cluster's network plugin does not enforce NetworkPolicy, so
+	// the variant refuses network none there (as the root package's
+	// kubernetes tests, these sandboxes get network all).
+	testOfficialJSSDK(t, Options{DefaultNetwork: sandboxes.NetworkAll, Config: sandboxes.Config{Variant: "kubernetes",
+		Kubernetes: sandboxes.KubernetesConfig{Image: tag, ImagePullPolicy: "Never"}}})
 }
 
 func testOfficialJSSDK(t *testing.T, o Options) {

@@ -34,7 +34,7 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 	}
 	o.Config.Local.RuntimeDir = rt
 	if o.Config.Variant != "" && o.Config.Variant != "local" {
-		o.Config.Tags = map[string]string{"e2bserver-test": rt}
+		o.Config.Tags = map[string]string{tagPrefix + "test": rt} // hidden from metadata, as every reserved tag
 	}
 	s, err := New(o)
 	if err != nil {
@@ -79,20 +79,10 @@ func needSandboxes(t *testing.T) {
 // a static test binary (the docker variant bind-mounts it as the agent).
 func needDocker(t *testing.T) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
-	f.Close()
-	sandboxestest.Require(t, static, "a static test binary: run the docker tests with CGO_ENABLED=0 (make test does)")
+	requireStatic(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = sandboxes.List(ctx, sandboxes.Config{Variant: "docker"}, sandboxes.ListOptions{})
+	_, err := sandboxes.List(ctx, sandboxes.Config{Variant: "docker"}, sandboxes.ListOptions{})
 	sandboxestest.Require(t, err == nil, fmt.Sprintf("a Docker engine (scripts/with-dockerd.sh): %v", err))
 }
 
@@ -109,4 +99,21 @@ func decodeBody(tb testing.TB, resp *http.Response, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// requireStatic: the docker and kubernetes variants run this test binary
+// as the sandboxes' agent, which needs a static build.
+func requireStatic(t *testing.T) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
+	f.Close()
+	sandboxestest.Require(t, static, "a static test binary (it is the sandboxes' agent): run with CGO_ENABLED=0 (make test does)")
 }

@@ -3,6 +3,7 @@ package e2bserver
 import (
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -69,5 +70,26 @@ func TestMetrics(t *testing.T) {
 		if st != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics: %d, lacks %s", st, want)
 		}
+	}
+}
+
+// TestMetricsDocker: the same sandbox metrics on the docker variant.
+func TestMetricsDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containers")
+	}
+	needDocker(t)
+	_, base := testServer(t, Options{Config: sandboxes.Config{Variant: "docker", Memory: 256 << 20, CPU: 1,
+		EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}})
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120}`)
+	execute(t, base, a, "open('/tmp/blob', 'wb').write(b'x' * (8 << 20))\nimport time\nt = time.time()\nwhile time.time() - t < 1: pass")
+	var ms []sandboxMetric
+	if resp := call(t, "GET", base+"/sandboxes/"+a.SandboxID+"/metrics", testKey, "", nil, &ms); resp.StatusCode != 200 || len(ms) != 1 {
+		t.Fatalf("metrics: %d %+v", resp.StatusCode, ms)
+	}
+	// /tmp is on the container's writable layer here, not a tmpfs: the
+	// file shows as page cache rather than as disk (shmem).
+	if m := ms[0]; m.MemTotal != 256<<20 || m.CPUCount != 1 || m.MemUsed <= 0 || m.DiskUsed+m.MemCache < 8<<20 || m.CPUUsedPct <= 0 {
+		t.Errorf("metric: %+v", m)
 	}
 }

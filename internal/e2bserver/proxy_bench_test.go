@@ -7,9 +7,14 @@ import (
 	"testing"
 )
 
-// BenchmarkProxyExecute: x + 2 through serve's data plane (for profiles;
-// the comparison with the direct path is in bench/, `-serve-only`).
-func BenchmarkProxyExecute(b *testing.B) {
+// BenchmarkProxyExecute: x + 2 through serve's data plane, and with
+// -bench Direct the same request straight to the agent's socket (for
+// profiles; bench/ -serve-only interleaves the two).
+func BenchmarkProxyExecute(b *testing.B) { benchExecute(b, false) }
+
+func BenchmarkDirectExecute(b *testing.B) { benchExecute(b, true) }
+
+func benchExecute(b *testing.B, direct bool) {
 	needSandboxesB(b)
 	rt := b.TempDir()
 	s, err := New(Options{APIKeys: []string{testKey}})
@@ -31,8 +36,13 @@ func BenchmarkProxyExecute(b *testing.B) {
 	var sb sandboxJSON
 	decodeBody(b, resp, &sb)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
+	target := base
+	if direct {
+		e := s.lookup(sb.SandboxID, "")
+		hc, target = e.inst.Client().HTTPClient(), e.inst.Client().EnvdURL()
+	}
 	do := func(code string) {
-		r, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"`+code+`"}`))
+		r, _ := http.NewRequest("POST", target+"/execute", strings.NewReader(`{"code":"`+code+`"}`))
 		r.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
 		r.Header.Set("E2b-Sandbox-Port", "49999")
 		r.Header.Set("X-Access-Token", sb.EnvdAccessToken)

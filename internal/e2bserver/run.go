@@ -26,6 +26,24 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 	if err := s.Adopt(ctx); err != nil {
 		s.log.Error("adopting running sandboxes", "error", err)
 	}
+	// Forget sandboxes that ended by their timeout, so that they stop
+	// counting against their team's quota and the server's memory.
+	jctx, stopJanitor := context.WithCancel(ctx)
+	defer stopJanitor()
+	go func() {
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-jctx.Done():
+				return
+			case <-t.C:
+				lctx, cancel := context.WithTimeout(jctx, 20*time.Second)
+				_, _ = s.ours(lctx, "")
+				cancel()
+			}
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var err error

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 const (
 	keyA = "e2b_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	keyB = "e2b_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	keyC = "e2b_cccccccccccccccccccccccccccccccccccccccc"
 )
 
 func createSB(t *testing.T, base, key, body string) sandboxJSON {
@@ -295,6 +297,12 @@ func TestTunnelToServerItselfRefused(t *testing.T) {
 	// A loop the mark can't see (a program in the sandbox that strips it
 	// and calls the server again) runs into the per-sandbox bound.
 	e := s.lookup(a.SandboxID, "")
+	// The requests above may still be unwinding after their answers.
+	for deadline := time.Now().Add(10 * time.Second); e.inflight.Load() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d data-plane requests still open", e.inflight.Load())
+		}
+	}
 	e.inflight.Store(maxInflight)
 	if st, _ := tunnel(t, base, a, 8000, nil); st != http.StatusTooManyRequests {
 		t.Errorf("request over the in-flight bound: %d, want 429", st)
@@ -386,6 +394,7 @@ func TestQuotas(t *testing.T) {
 		Keys: []Key{
 			{Key: keyA, Team: "team-a", Quota: &Quota{Sandboxes: 1}},
 			{Key: keyB, Team: "team-b", Quota: &Quota{TotalMemory: 256 << 20, CreatesPerMinute: 2}},
+			{Key: keyC, Team: "team-c", Quota: &Quota{Sandboxes: 1}},
 		},
 	})
 	a := createSB(t, base, keyA, `{"templateID":"base","timeout":120}`)
@@ -408,6 +417,22 @@ func TestQuotas(t *testing.T) {
 		t.Fatalf("kill: %d", resp.StatusCode)
 	}
 	wantError(t, "POST", base+"/sandboxes", keyB, `{"templateID":"base","timeout":120}`, 429, "per minute")
+	// A sandbox that ended by its timeout no longer counts against the quota.
+	short := createSB(t, base, keyC, `{"templateID":"base","timeout":1}`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		infos, _ := sandboxes.List(context.Background(), s.cfg, sandboxes.ListOptions{})
+		if !slices.ContainsFunc(infos, func(i sandboxes.Info) bool { return i.ID == short.SandboxID }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a sandbox with a 1 s timeout did not end")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c2 := createSB(t, base, keyC, `{"templateID":"base","timeout":120}`)
+	call(t, "DELETE", base+"/sandboxes/"+c2.SandboxID, keyC, "", nil, nil)
+
 	// Nothing half-created: only the one sandbox answered 201 and not
 	// killed exists.
 	infos, err := sandboxes.List(context.Background(), s.cfg, sandboxes.ListOptions{})
