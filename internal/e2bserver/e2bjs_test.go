@@ -15,7 +15,9 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	_ "github.com/code-sandboxes/code-sandboxes/docker" // registers the docker variant
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	k8svariant "github.com/code-sandboxes/code-sandboxes/kubernetes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -133,7 +135,7 @@ func TestOfficialJSSDKKubernetes(t *testing.T) {
 	// the variant refuses network none there (as the root package's
 	// kubernetes tests, these sandboxes get network all).
 	testOfficialJSSDK(t, Options{DefaultNetwork: sandboxes.NetworkAll, Config: sandboxes.Config{Variant: "kubernetes",
-		Kubernetes: sandboxes.KubernetesConfig{Image: tag, ImagePullPolicy: "Never"}}})
+		Options: k8svariant.Options{Image: tag, ImagePullPolicy: "Never"}}})
 }
 
 func testOfficialJSSDK(t *testing.T, o Options) {
