@@ -449,7 +449,9 @@ func (s *Server) handleSetVariable(w http.ResponseWriter, r *http.Request) {
 	set := c.session.SetVariable
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/octet-stream" {
 		// The body is the bytes themselves.
-		set = func(ctx context.Context, name string, v json.RawMessage) error { return c.session.SetVariableBytes(ctx, name, v) }
+		set = func(ctx context.Context, name string, v json.RawMessage) error {
+			return c.session.SetVariableBytes(ctx, name, v)
+		}
 	} else if !json.Valid(body) {
 		writeJSONError(w, http.StatusBadRequest, "the body must be the variable's value as JSON (or raw bytes with Content-Type application/octet-stream)")
 		return
