@@ -331,8 +331,10 @@ func mapConnectErr(op string, err error) error {
 		kind = sberr.ErrAlreadyExists
 	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
 		kind = sberr.ErrInvalidInput
-	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+	case connect.CodeUnauthenticated:
 		kind = sberr.ErrUnauthorized
+	case connect.CodePermissionDenied:
+		kind = sberr.ErrPermission
 	case connect.CodeUnavailable:
 		kind = sberr.ErrUnavailable
 	case connect.CodeDeadlineExceeded:

@@ -124,8 +124,12 @@ func statusKind(status int) error {
 	switch status {
 	case http.StatusNotFound:
 		return sberr.ErrNotFound
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusUnauthorized:
 		return sberr.ErrUnauthorized
+	case http.StatusForbidden:
+		// envd's answer for a path the user may not touch; credentials
+		// refused are 401.
+		return sberr.ErrPermission
 	case http.StatusTooManyRequests:
 		return sberr.ErrRateLimited
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
