@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
-	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
 // maxCommandOutput bounds what Run accumulates per stream; past it output is
@@ -75,7 +76,7 @@ func (c *Commands) rpc() (processconnect.ProcessClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return processconnect.NewProcessClient(cl.HTTPClient(), cl.EnvdURL(), connect.WithInterceptors(headerInterceptor(cl.EnvdHeaders()))), nil
+	return cl.Process(), nil
 }
 
 // Run runs cmd with /bin/bash -l -c and waits for it. A non-zero exit is not
@@ -154,7 +155,7 @@ func (c *Commands) Start(ctx context.Context, cmd string, opts ...CommandOption)
 	stream, err := rpc.Start(sctx, connect.NewRequest(req))
 	if err != nil {
 		cancel()
-		return nil, mapConnectErr("start command", err)
+		return nil, client.ConnectError("start command", err)
 	}
 	if !stream.Receive() {
 		cancel()
@@ -162,7 +163,7 @@ func (c *Commands) Start(ctx context.Context, cmd string, opts ...CommandOption)
 		if err == nil {
 			err = errors.New("the stream ended before the start event")
 		}
-		return nil, mapConnectErr("start command", err)
+		return nil, client.ConnectError("start command", err)
 	}
 	st := stream.Msg().GetEvent().GetStart()
 	if st == nil {
@@ -230,7 +231,7 @@ func (h *CommandHandle) pump(stream *connect.ServerStreamForClient[processpb.Sta
 	// Without an end event there is no exit code: -1, never a clean 0.
 	if err := stream.Err(); err != nil && !gotEnd {
 		h.res.ExitCode = -1
-		h.err = mapConnectErr("command", err)
+		h.err = client.ConnectError("command", err)
 	} else if !gotEnd {
 		h.res.ExitCode = -1
 		h.err = fmt.Errorf("command: %w: the process stream ended without a result", ErrUnavailable)
@@ -254,19 +255,19 @@ func (h *CommandHandle) sel() *processpb.ProcessSelector {
 // SendStdin writes to the command's stdin (start it with CommandStdin).
 func (h *CommandHandle) SendStdin(ctx context.Context, data []byte) error {
 	_, err := h.rpc.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: h.sel(), Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data}}}))
-	return mapConnectErr("send stdin", err)
+	return client.ConnectError("send stdin", err)
 }
 
 // CloseStdin closes the command's stdin (EOF).
 func (h *CommandHandle) CloseStdin(ctx context.Context) error {
 	_, err := h.rpc.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: h.sel()}))
-	return mapConnectErr("close stdin", err)
+	return client.ConnectError("close stdin", err)
 }
 
 // Signal sends SIGTERM or SIGKILL.
 func (h *CommandHandle) Signal(ctx context.Context, sig processpb.Signal) error {
 	_, err := h.rpc.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: h.sel(), Signal: sig}))
-	return mapConnectErr("signal", err)
+	return client.ConnectError("signal", err)
 }
 
 // Kill sends SIGKILL to the command.
@@ -292,7 +293,7 @@ func (c *Commands) List(ctx context.Context) ([]ProcessInfo, error) {
 	}
 	resp, err := rpc.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
 	if err != nil {
-		return nil, mapConnectErr("list processes", err)
+		return nil, client.ConnectError("list processes", err)
 	}
 	var out []ProcessInfo
 	for _, p := range resp.Msg.GetProcesses() {
@@ -314,65 +315,7 @@ func (c *Commands) KillProcess(ctx context.Context, pid uint32) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, mapConnectErr("kill process", err)
+		return false, client.ConnectError("kill process", err)
 	}
 	return true, nil
-}
-
-func mapConnectErr(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var kind error
-	switch connect.CodeOf(err) {
-	case connect.CodeNotFound:
-		kind = sberr.ErrNotFound
-	case connect.CodeAlreadyExists:
-		kind = sberr.ErrAlreadyExists
-	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
-		kind = sberr.ErrInvalidInput
-	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
-		kind = sberr.ErrUnauthorized
-	case connect.CodeUnavailable:
-		kind = sberr.ErrUnavailable
-	case connect.CodeDeadlineExceeded:
-		kind = sberr.ErrTimeout
-	case connect.CodeUnimplemented:
-		kind = sberr.ErrNotSupported
-	case connect.CodeResourceExhausted:
-		kind = sberr.ErrRateLimited
-	}
-	if kind != nil {
-		return fmt.Errorf("%s: %w: %w", op, kind, err)
-	}
-	return fmt.Errorf("%s: %w", op, err)
-}
-
-func headerInterceptor(h map[string][]string) connect.Interceptor {
-	return &hdrInterceptor{h: h}
-}
-
-type hdrInterceptor struct{ h map[string][]string }
-
-func (i *hdrInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		for k, v := range i.h {
-			req.Header()[k] = v
-		}
-		return next(ctx, req)
-	}
-}
-
-func (i *hdrInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		for k, v := range i.h {
-			conn.RequestHeader()[k] = v
-		}
-		return conn
-	}
-}
-
-func (i *hdrInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }

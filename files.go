@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem/filesystemconnect"
 )
@@ -65,8 +67,7 @@ func (f *Files) rpc() (filesystemconnect.FilesystemClient, error) {
 	}
 	// A hostile sandbox could answer a listing with any number of entries:
 	// the message size is bounded.
-	return filesystemconnect.NewFilesystemClient(cl.HTTPClient(), cl.EnvdURL(), connect.WithInterceptors(headerInterceptor(cl.EnvdHeaders())),
-		connect.WithReadMaxBytes(MaxListBytes)), nil
+	return cl.Filesystem(connect.WithReadMaxBytes(MaxListBytes)), nil
 }
 
 // Read streams a file; close the reader.
@@ -130,7 +131,7 @@ func (f *Files) List(ctx context.Context, path string, depth int) ([]EntryInfo, 
 	}
 	resp, err := rpc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: uint32(depth)}))
 	if err != nil {
-		return nil, mapConnectErr("list "+path, err)
+		return nil, client.ConnectError("list "+path, err)
 	}
 	out := make([]EntryInfo, 0, len(resp.Msg.GetEntries()))
 	for _, e := range resp.Msg.GetEntries() {
@@ -147,7 +148,7 @@ func (f *Files) Stat(ctx context.Context, path string) (EntryInfo, error) {
 	}
 	resp, err := rpc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: path}))
 	if err != nil {
-		return EntryInfo{}, mapConnectErr("stat "+path, err)
+		return EntryInfo{}, client.ConnectError("stat "+path, err)
 	}
 	return entryOf(resp.Msg.GetEntry()), nil
 }
@@ -172,7 +173,7 @@ func (f *Files) MakeDir(ctx context.Context, path string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, mapConnectErr("mkdir "+path, err)
+		return false, client.ConnectError("mkdir "+path, err)
 	}
 	return true, nil
 }
@@ -184,7 +185,7 @@ func (f *Files) Remove(ctx context.Context, path string) error {
 		return err
 	}
 	_, err = rpc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: path}))
-	return mapConnectErr("remove "+path, err)
+	return client.ConnectError("remove "+path, err)
 }
 
 // Rename moves a file or directory.
@@ -195,7 +196,7 @@ func (f *Files) Rename(ctx context.Context, from, to string) (EntryInfo, error) 
 	}
 	resp, err := rpc.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: from, Destination: to}))
 	if err != nil {
-		return EntryInfo{}, mapConnectErr("rename "+from, err)
+		return EntryInfo{}, client.ConnectError("rename "+from, err)
 	}
 	return entryOf(resp.Msg.GetEntry()), nil
 }
@@ -219,7 +220,7 @@ func (f *Files) Watch(ctx context.Context, dir string, recursive bool, fn func(F
 	}
 	stream, err := rpc.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: dir, Recursive: recursive}))
 	if err != nil {
-		return nil, mapConnectErr("watch "+dir, err)
+		return nil, client.ConnectError("watch "+dir, err)
 	}
 	if !stream.Receive() || stream.Msg().GetStart() == nil {
 		err := stream.Err()
@@ -227,7 +228,7 @@ func (f *Files) Watch(ctx context.Context, dir string, recursive bool, fn func(F
 		if err == nil {
 			err = fmt.Errorf("%w: expected a start event", ErrUnavailable)
 		}
-		return nil, mapConnectErr("watch "+dir, err)
+		return nil, client.ConnectError("watch "+dir, err)
 	}
 	done := make(chan error, 1)
 	go func() {

@@ -252,6 +252,27 @@ func TestLocalIdleTimeout(t *testing.T) {
 	t.Fatal("the sandbox outlived its idle timeout")
 }
 
+// Files errors say what happened once and match the right sentinel: a
+// read-only path is ErrPermission, a missing one ErrNotFound.
+func TestLocalFileErrors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	ctx := context.Background()
+	sb := newLocal(t, nil)
+	err := sb.Files().WriteBytes(ctx, "/usr/x", []byte("a"))
+	if !errors.Is(err, sandboxes.ErrPermission) || !strings.Contains(err.Error(), "read-only") || strings.Contains(err.Error(), ".upload") {
+		t.Errorf("write to a read-only path: %v; want ErrPermission saying read-only, no internal names", err)
+	}
+	_, err = sb.Files().ReadBytes(ctx, "/home/user/nope")
+	if !errors.Is(err, sandboxes.ErrNotFound) || strings.Count(err.Error(), "no such file") != 1 {
+		t.Errorf("read of a missing file: %v; want ErrNotFound saying so once", err)
+	}
+	if _, err := sb.Files().MakeDir(ctx, "/usr/newdir"); !errors.Is(err, sandboxes.ErrPermission) {
+		t.Errorf("mkdir on a read-only path: %v; want ErrPermission", err)
+	}
+}
+
 func TestInvalidConfig(t *testing.T) {
 	ctx := context.Background()
 	for _, cfg := range []sandboxes.Config{

@@ -309,13 +309,20 @@ func (s *Sandbox) SetVariable(ctx context.Context, name string, value any, opts 
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(value)
-	if err != nil {
-		return fmt.Errorf("set variable %s: %w: %w", name, ErrInvalidInput, err)
-	}
 	o := runOptions{}
 	for _, f := range opts {
 		f(&o)
+	}
+	// []byte becomes Python bytes, not the base64 text JSON would make it.
+	if raw, ok := value.([]byte); ok {
+		if err := c.SetVariableBytes(ctx, o.contextID, name, raw); err != nil {
+			return fmt.Errorf("set variable %s: %w", name, err)
+		}
+		return nil
+	}
+	b, err := json.Marshal(value)
+	if err != nil {
+		return fmt.Errorf("set variable %s: %w: %w", name, ErrInvalidInput, err)
 	}
 	if err := c.SetVariable(ctx, o.contextID, name, b); err != nil {
 		return fmt.Errorf("set variable %s: %w", name, err)

@@ -44,6 +44,9 @@ var (
 	ErrUnavailable = sberr.ErrUnavailable
 	// ErrInvalidInput: a request argument was refused.
 	ErrInvalidInput = sberr.ErrInvalidInput
+	// ErrPermission: the sandbox's user may not do that to that path (a
+	// read-only mount, another owner's file).
+	ErrPermission = sberr.ErrPermission
 )
 
 // DefaultIdleTimeout is Config.IdleTimeout's default: long enough for a

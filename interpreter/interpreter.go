@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/interpreter/lm"
 )
 
@@ -140,7 +141,10 @@ func (it *Interpreter) Execute(ctx context.Context, message string, files []Atta
 	if len(files) > 0 {
 		var names []string
 		for _, f := range files {
-			names = append(names, "/files/"+path.Base(f.Name))
+			if f.Name == "" || strings.ContainsAny(f.Name, "/\x00") || f.Name == "." || f.Name == ".." {
+				return nil, fmt.Errorf("%w: attachment name %q must be a plain file name (it lands in /files/<name>)", sandboxes.ErrInvalidInput, f.Name)
+			}
+			names = append(names, "/files/"+f.Name)
 		}
 		user += "\n\nUploaded files: " + strings.Join(names, ", ")
 	}

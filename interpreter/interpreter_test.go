@@ -3,6 +3,7 @@ package interpreter_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -205,6 +206,15 @@ func TestExecuteCodeAPI(t *testing.T) {
 	}
 	if res.Text != "HELLO\n42\nwarn\n" || res.Duration <= 0 {
 		t.Errorf("text %q, duration %s", res.Text, res.Duration)
+	}
+	// JSON carries gllm_tools' duration_ms, whole milliseconds.
+	var js map[string]any
+	if b, err := json.Marshal(res); err != nil || json.Unmarshal(b, &js) != nil || js["duration_ms"] != float64(res.Duration.Milliseconds()) || js["duration"] != nil {
+		t.Errorf("JSON: %v %v", js, err)
+	}
+	// An attachment name with a directory is refused, not flattened.
+	if _, err := sb.ExecuteCode(ctx, "1", 10*time.Second, []interpreter.Attachment{{Name: "dir/x.txt", Data: []byte("a")}}); !errors.Is(err, sandboxes.ErrInvalidInput) {
+		t.Errorf("attachment dir/x.txt: %v, want ErrInvalidInput", err)
 	}
 	res, err = sb.ExecuteCode(ctx, "import time\ntime.sleep(10)", 1*time.Second, nil)
 	if err != nil {

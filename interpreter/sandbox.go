@@ -5,10 +5,10 @@ package interpreter
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"path"
 	"strings"
 	"time"
 
@@ -58,8 +58,10 @@ type ExecutionResult struct {
 	// Error is "Name: value" of the exception ("" when none).
 	Error string `json:"error"`
 	// ExitCode is 0 on success, 1 on error, or the code given to sys.exit.
-	ExitCode int           `json:"exit_code"`
-	Duration time.Duration `json:"duration"`
+	ExitCode int `json:"exit_code"`
+	// Duration is how long the code ran; in JSON it is duration_ms, whole
+	// milliseconds, as gllm_tools' ExecutionResult has it.
+	Duration time.Duration `json:"-"`
 
 	// Beyond gllm_tools: the value of the last expression (text/plain), the
 	// traceback, the figures the code displayed, and whether output was cut.
@@ -71,6 +73,15 @@ type ExecutionResult struct {
 
 // DurationMS is the duration in milliseconds, as gllm_tools' duration_ms.
 func (r *ExecutionResult) DurationMS() int64 { return r.Duration.Milliseconds() }
+
+// MarshalJSON adds duration_ms (gllm_tools' field) to the result's fields.
+func (r ExecutionResult) MarshalJSON() ([]byte, error) {
+	type plain ExecutionResult // no MarshalJSON: no recursion
+	return json.Marshal(struct {
+		plain
+		DurationMS int64 `json:"duration_ms"`
+	}{plain(r), r.DurationMS()})
+}
 
 // CodeSandbox is what the Interpreter needs of a sandbox: gllm_tools'
 // BaseSandbox.
@@ -132,7 +143,12 @@ func (s *Sandbox) ExecuteCode(ctx context.Context, code string, timeout time.Dur
 	if len(files) > 0 {
 		m := make(map[string][]byte, len(files))
 		for _, f := range files {
-			m[path.Base(f.Name)] = f.Data
+			// A name with a directory is refused by RunCode (attachments
+			// land in /files/<name>), never flattened into another's name.
+			if _, dup := m[f.Name]; dup {
+				return nil, fmt.Errorf("%w: two attachments named %q", sandboxes.ErrInvalidInput, f.Name)
+			}
+			m[f.Name] = f.Data
 		}
 		opts = append(opts, sandboxes.WithFiles(m))
 	}

@@ -447,6 +447,13 @@ plt.show()`)
 		if err := sb.GetVariable(ctx, "cfg", &out); err != nil || out["name"] != "x" {
 			t.Fatalf("get = %v, %v", out, err)
 		}
+		// []byte arrives as Python bytes, not as JSON's base64 text.
+		if err := sb.SetVariable(ctx, "blob", []byte{0, 1, 0xff}); err != nil {
+			t.Fatal(err)
+		}
+		if ex := run(t, sb, "(type(blob).__name__, list(blob))"); ex.Text() != "('bytes', [0, 1, 255])" {
+			t.Errorf("[]byte variable: %q %v", ex.Text(), ex.Error)
+		}
 		run(t, sb, "class Opaque: pass\no = Opaque()")
 		var s string
 		if err := sb.GetVariable(ctx, "o", &s); !errors.Is(err, sandboxes.ErrNotJSON) || !strings.Contains(s, "Opaque") {

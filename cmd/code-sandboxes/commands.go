@@ -702,11 +702,11 @@ func environmentsCmd() *cobra.Command {
   description: GIS tools
   base:
     debian: bookworm             # or image: registry/repo:tag, tarball: img.tar, host: true
-    mirror: http://deb.debian.org/debian   # default: this machine's apt mirror
+    mirror: http://deb.example.org/debian   # default: this machine's apt mirror
   apt: [python3, python3-pip, python3-shapely]
   pip:
     lock: requirements.lock      # name==version --hash=sha256:… on every line
-    index: https://pypi.org/simple
+    index: https://pypi.example.org/simple
   files:
     - {path: /etc/geo.conf, content: "x=1\n", mode: "0644"}
   env: {GEO_HOME: /opt/geo}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"os"
@@ -466,11 +467,17 @@ func (s *Server) handleSetVariable(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusRequestEntityTooLarge, "variable value too large (limit 64 MiB): "+err.Error())
 		return
 	}
-	if !json.Valid(body) {
-		writeJSONError(w, http.StatusBadRequest, "the body must be the variable's value as JSON")
+	set := c.session.SetVariable
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/octet-stream" {
+		// The body is the bytes themselves.
+		set = func(ctx context.Context, name string, v json.RawMessage) error {
+			return c.session.SetVariableBytes(ctx, name, v)
+		}
+	} else if !json.Valid(body) {
+		writeJSONError(w, http.StatusBadRequest, "the body must be the variable's value as JSON (or raw bytes with Content-Type application/octet-stream)")
 		return
 	}
-	if err := c.session.SetVariable(r.Context(), r.PathValue("name"), body); err != nil {
+	if err := set(r.Context(), r.PathValue("name"), body); err != nil {
 		writeJSONError(w, variableStatus(err), err.Error())
 		return
 	}

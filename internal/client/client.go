@@ -158,8 +158,12 @@ func statusKind(status int) error {
 	switch status {
 	case http.StatusNotFound:
 		return sberr.ErrNotFound
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusUnauthorized:
 		return sberr.ErrUnauthorized
+	case http.StatusForbidden:
+		// envd's answer for a path the user may not touch; credentials
+		// refused are 401.
+		return sberr.ErrPermission
 	case http.StatusTooManyRequests:
 		return sberr.ErrRateLimited
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
@@ -623,7 +627,17 @@ func (c *Client) GetVariable(ctx context.Context, contextID, name string) (value
 
 // SetVariable sets a variable from JSON.
 func (c *Client) SetVariable(ctx context.Context, contextID, name string, value json.RawMessage) error {
-	resp, err := c.do(ctx, "set variable", http.MethodPut, c.o.InterpreterURL+ctxPath(contextID)+"/variables/"+url.PathEscape(name), c.interpHeaders(), bytes.NewReader(value), "application/json")
+	return c.setVariable(ctx, contextID, name, value, "application/json")
+}
+
+// SetVariableBytes sets a variable to a Python bytes object holding value
+// (our agent only: the body is the raw bytes, application/octet-stream).
+func (c *Client) SetVariableBytes(ctx context.Context, contextID, name string, value []byte) error {
+	return c.setVariable(ctx, contextID, name, value, "application/octet-stream")
+}
+
+func (c *Client) setVariable(ctx context.Context, contextID, name string, value []byte, contentType string) error {
+	resp, err := c.do(ctx, "set variable", http.MethodPut, c.o.InterpreterURL+ctxPath(contextID)+"/variables/"+url.PathEscape(name), c.interpHeaders(), bytes.NewReader(value), contentType)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
 	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
-	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -18,16 +18,11 @@ const maxRunOutput = 1 << 20
 // with env added and in cwd ("" = the default), and returns its exit code and
 // combined output (bounded). Launchers use it for set-up steps such as pip.
 func (c *Client) RunProcess(ctx context.Context, cmd string, args []string, env map[string]string, cwd string) (int, string, error) {
-	rpc := processconnect.NewProcessClient(c.HTTPClient(), c.EnvdURL())
 	pc := &processpb.ProcessConfig{Cmd: cmd, Args: args, Envs: env}
 	if cwd != "" {
 		pc.Cwd = &cwd
 	}
-	req := connect.NewRequest(&processpb.StartRequest{Process: pc})
-	for k, v := range c.EnvdHeaders() {
-		req.Header()[k] = v
-	}
-	stream, err := rpc.Start(ctx, req)
+	stream, err := c.Process().Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: pc}))
 	if err != nil {
 		return 0, "", err
 	}

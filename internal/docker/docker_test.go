@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -126,7 +127,7 @@ func TestAgentBinary(t *testing.T) {
 func TestRemoveSandboxDirOnlyOurs(t *testing.T) {
 	rt := t.TempDir()
 	t.Setenv("CODE_SANDBOXES_DOCKER_RUNTIME_DIR", rt)
-	id := newSandboxID()
+	id := ids.Sandbox('d')
 	mk := func(dir string, rec *record) string {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)

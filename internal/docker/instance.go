@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -137,39 +136,4 @@ func (i *instance) Release() error {
 	}
 	i.e.Close()
 	return nil
-}
-
-// installPackages pip-installs spec.Packages into the sandbox user's site
-// (gllm_tools' additional_packages), as the local variant does. The home is
-// the sandbox's own tmpfs, so overriding Debian's externally-managed marker
-// there harms nobody.
-func (i *instance) installPackages(ctx context.Context, spec driver.Spec) error {
-	args := []string{"-m", "pip", "install", "--user", "--break-system-packages", "--no-input",
-		"--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off"}
-	if spec.PackageIndex != "" {
-		args = append(args, "--index-url", spec.PackageIndex)
-	}
-	args = append(args, spec.Packages...)
-	workdir := spec.WorkingDir
-	if workdir == "" {
-		workdir = "/home/user"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	code, out, err := i.c.RunProcess(ctx, "python3", args, nil, workdir)
-	if err != nil {
-		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
-	}
-	if code != 0 {
-		return fmt.Errorf("%w: installing packages %v: pip exited with %d: %s", sberr.ErrInvalidConfig, spec.Packages, code, lastLines(out, 15))
-	}
-	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -8,9 +8,7 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -28,7 +26,9 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -124,23 +124,6 @@ func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Env
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-func newSandboxID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	out := make([]byte, len(b))
-	for i, c := range b {
-		out[i] = alphabet[int(c)%len(alphabet)]
-	}
-	return "d" + string(out)
-}
-
-func newToken() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // networkMode maps a network policy to the engine's network mode.
@@ -283,7 +266,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	release = false
 	if len(spec.Packages) > 0 {
-		if err := inst.installPackages(ctx, spec); err != nil {
+		if err := pipinstall.Install(ctx, inst.c, "", spec.PackageIndex, spec.Packages, spec.WorkingDir); err != nil {
 			_ = inst.Kill(context.WithoutCancel(ctx))
 			_ = inst.Release()
 			return nil, err
@@ -313,7 +296,7 @@ type launchSpec struct {
 // when the agent answers; on any failure it removes what it made.
 func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err error) {
 	spec := ls.spec
-	ls.id, ls.token = newSandboxID(), newToken()
+	ls.id, ls.token = ids.Sandbox('d'), ids.Token(24)
 	ls.dir = filepath.Join(ls.rt, ls.id)
 	ls.workdir = spec.WorkingDir
 	if ls.workdir == "" {

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+	"github.com/code-sandboxes/code-sandboxes/internal/tail"
 )
 
 // setup does what E2B's create body can't say: a WorkingDir other than the
@@ -43,7 +43,7 @@ func (i *instance) setup(ctx context.Context, spec driver.Spec) error {
 		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
 	}
 	if code != 0 {
-		return fmt.Errorf("%w: installing packages %v: pip exited with %d: %s", sberr.ErrInvalidConfig, spec.Packages, code, lastLines(out, 15))
+		return fmt.Errorf("%w: installing packages %v: pip exited with %d: %s", sberr.ErrInvalidConfig, spec.Packages, code, tail.Lines(out, 15))
 	}
 	// E2B's kernel is already running: a user site created just now is not
 	// on its sys.path yet.
@@ -64,12 +64,4 @@ func (i *instance) runSetupCode(ctx context.Context, code string) error {
 		return fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, failure)
 	}
 	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

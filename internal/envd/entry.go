@@ -215,21 +215,30 @@ func readMetadata(path string) map[string]string {
 	return out
 }
 
-// fsError maps an OS error to a Connect error with a clear message.
+// fsError maps an OS error to a Connect error with a clear message: what
+// was asked (what carries the path) and the reason once, not the OS
+// error's own "op PATH: reason" again.
 func fsError(what string, err error) error {
+	reason := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		reason = pe.Err.Error()
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: no such file or directory: %w", what, err))
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: no such file or directory", what))
+	case errors.Is(err, syscall.EROFS):
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: read-only file system (write under /home/user, /tmp or /files)", what))
 	case errors.Is(err, fs.ErrPermission):
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: permission denied: %w", what, err))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: permission denied", what))
 	case errors.Is(err, fs.ErrExist):
-		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s: already exists: %w", what, err))
+		return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("%s: already exists", what))
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENOTEMPTY):
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %w", what, err))
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", what, reason))
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s: no space left: %w", what, err))
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%s: no space left (%s)", what, reason))
 	default:
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("%s: %w", what, err))
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("%s: %s", what, reason))
 	}
 }
 

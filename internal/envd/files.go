@@ -63,18 +63,28 @@ func writeJSONError(w http.ResponseWriter, err error) {
 }
 
 // osHTTPError maps a filesystem error on path to a status and message.
+// The message names what was asked (what carries the path) and the
+// reason once: not the OS error's own "open PATH: reason" again, whose
+// path may be an internal one.
 func osHTTPError(what string, err error) *httpError {
+	reason := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		reason = pe.Err.Error()
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return errorf(http.StatusNotFound, "%s: no such file or directory: %v", what, err)
+		return errorf(http.StatusNotFound, "%s: no such file or directory", what)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return errorf(http.StatusInsufficientStorage, "%s: not enough disk space: %v", what, err)
+		return errorf(http.StatusInsufficientStorage, "%s: not enough disk space (%s)", what, reason)
+	case errors.Is(err, syscall.EROFS):
+		return errorf(http.StatusForbidden, "%s: read-only file system (write under /home/user, /tmp or /files)", what)
 	case errors.Is(err, fs.ErrPermission):
-		return errorf(http.StatusForbidden, "%s: permission denied: %v", what, err)
+		return errorf(http.StatusForbidden, "%s: permission denied", what)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EINVAL):
-		return errorf(http.StatusBadRequest, "%s: %v", what, err)
+		return errorf(http.StatusBadRequest, "%s: %s", what, reason)
 	default:
-		return errorf(http.StatusInternalServerError, "%s: %v", what, err)
+		return errorf(http.StatusInternalServerError, "%s: %s", what, reason)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/tail"
 )
 
 // BuildOptions tune a build.
@@ -310,14 +312,14 @@ func (b *builder) command(ctx context.Context, argv, env []string) error {
 	if env == nil {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}
 	}
-	tail := &tailBuffer{max: 8 << 10}
-	cmd.Stdout = io.MultiWriter(b.log, tail, b.p.activity())
+	last := &tailBuffer{max: 8 << 10}
+	cmd.Stdout = io.MultiWriter(b.log, last, b.p.activity())
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s: %w\n%s", argv[0], err, lastLines(tail.String(), 15))
+		return fmt.Errorf("%s: %w\n%s", argv[0], err, tail.Lines(last.String(), 15))
 	}
 	return nil
 }
@@ -544,14 +546,6 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.buf) }
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 func humanBytes(n int64) string {
 	switch {

@@ -1545,7 +1545,10 @@ def _cmd_set(fields):
             import json
 
             try:
-                _st.ns[name] = json.loads(fields[3])
+                if len(fields) > 4 and fields[4] == b"bytes":
+                    _st.ns[name] = bytes(fields[3])
+                else:
+                    _st.ns[name] = json.loads(fields[3])
             except (ValueError, RecursionError) as e:
                 reply["err"] = "unsendable: %s" % e
     except BaseException as e:

@@ -682,11 +682,21 @@ func (s *Session) GetVariable(ctx context.Context, name string) (value json.RawM
 // SetVariable assigns a global in the user namespace from JSON (starting the
 // kernel if needed). Invalid JSON is refused with ErrUnsendable.
 func (s *Session) SetVariable(ctx context.Context, name string, value json.RawMessage) error {
-	if !validName(name) {
-		return fmt.Errorf("%w: %q is not a Python identifier", ErrInvalidName, name)
-	}
 	if !json.Valid(value) {
 		return fmt.Errorf("%w: the value is not valid JSON", ErrUnsendable)
+	}
+	return s.setVariable(ctx, name, value, "json")
+}
+
+// SetVariableBytes assigns a global in the user namespace a bytes object
+// holding value.
+func (s *Session) SetVariableBytes(ctx context.Context, name string, value []byte) error {
+	return s.setVariable(ctx, name, value, "bytes")
+}
+
+func (s *Session) setVariable(ctx context.Context, name string, value []byte, kind string) error {
+	if !validName(name) {
+		return fmt.Errorf("%w: %q is not a Python identifier", ErrInvalidName, name)
 	}
 	if len(value) > s.opts.maxEvent() {
 		return fmt.Errorf("%w: the value is %d bytes, over the limit of %d", ErrUnsendable, len(value), s.opts.maxEvent())
@@ -699,7 +709,7 @@ func (s *Session) SetVariable(ctx context.Context, name string, value json.RawMe
 	if err != nil {
 		return err
 	}
-	f, err := s.roundTrip(ctx, k, []byte("set"), nil, []byte(name), value)
+	f, err := s.roundTrip(ctx, k, []byte("set"), nil, []byte(name), value, []byte(kind))
 	if err != nil {
 		return err
 	}

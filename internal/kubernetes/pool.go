@@ -14,6 +14,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 )
 
 // A warm pool keeps ready sandboxes (pod running, agent answering, kernel
@@ -286,7 +288,7 @@ func (pl *pool) run() {
 
 // fill starts one pool pod.
 func (pl *pool) fill() {
-	m := meta{id: newSandboxID(), lifetime: poolLifetime, pool: pl.hash}
+	m := meta{id: ids.Sandbox('k'), lifetime: poolLifetime, pool: pl.hash}
 	inst, err := pl.p.c.launch(context.Background(), pl.p, m)
 	pl.mu.Lock()
 	pl.starting--

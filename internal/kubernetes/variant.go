@@ -10,8 +10,6 @@ package kubernetes
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -26,6 +24,8 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/ids"
+	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -78,23 +78,6 @@ func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Env
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
-}
-
-func newSandboxID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	out := make([]byte, len(b))
-	for i, c := range b {
-		out[i] = alphabet[int(c)%len(alphabet)]
-	}
-	return "k" + string(out)
-}
-
-func newToken() string {
-	var b [32]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // network resolves the network policy, refusing what the cluster can't
@@ -233,13 +216,13 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 			return inst, err
 		}
 	}
-	m.id = newSandboxID()
+	m.id = ids.Sandbox('k')
 	inst, err := p.c.launch(ctx, p, m)
 	if err != nil {
 		return nil, err
 	}
 	if len(spec.Packages) > 0 {
-		if err := inst.installPackages(ctx, spec); err != nil {
+		if err := pipinstall.Install(ctx, inst.cl, "", spec.PackageIndex, spec.Packages, spec.WorkingDir); err != nil {
 			_ = inst.Kill(context.WithoutCancel(ctx))
 			_ = inst.Release()
 			return nil, err
@@ -251,7 +234,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 // launch makes a sandbox's Secret, NetworkPolicy and pod, and returns when
 // its agent answers; on any failure it deletes what it made.
 func (c *cluster) launch(ctx context.Context, p *plan, m meta) (inst *instance, err error) {
-	token := newToken()
+	token := ids.Token(32)
 	endAt := time.Now().Add(m.lifetime)
 	secret, err := secretFor(p, m, token)
 	if err != nil {
@@ -333,35 +316,6 @@ func (c *cluster) adopt(ctx context.Context, pod *corev1.Pod, policy bool) {
 	if policy {
 		_, _ = c.cs.NetworkingV1().NetworkPolicies(c.namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	}
-}
-
-// installPackages pip-installs spec.Packages into the sandbox user's site
-// (gllm_tools' additional_packages), as the other variants do.
-func (i *instance) installPackages(ctx context.Context, spec driver.Spec) error {
-	args := []string{"-m", "pip", "install", "--user", "--break-system-packages", "--no-input",
-		"--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off"}
-	if spec.PackageIndex != "" {
-		args = append(args, "--index-url", spec.PackageIndex)
-	}
-	args = append(args, spec.Packages...)
-	workdir := spec.WorkingDir
-	if workdir == "" {
-		workdir = "/home/user"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	code, out, err := i.cl.RunProcess(ctx, "python3", args, nil, workdir)
-	if err != nil {
-		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
-	}
-	if code != 0 {
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		if len(lines) > 15 {
-			lines = lines[len(lines)-15:]
-		}
-		return fmt.Errorf("%w: installing packages %v: pip exited with %d: %s", sberr.ErrInvalidConfig, spec.Packages, code, strings.Join(lines, "\n"))
-	}
-	return nil
 }
 
 // Connect implements driver.Variant: a new handle on a running sandbox,

@@ -3,8 +3,6 @@ package local
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,7 +19,9 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/forward"
+	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -41,23 +41,6 @@ func (Variant) Capabilities() driver.Capabilities {
 // environment store.
 func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Environment, error) {
 	return environments(spec.EnvironmentDir)
-}
-
-func newSandboxID() string {
-	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	out := make([]byte, len(b))
-	for i, c := range b {
-		out[i] = alphabet[int(c)%len(alphabet)]
-	}
-	return "l" + string(out)
-}
-
-func newToken() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Create implements driver.Variant.
@@ -93,7 +76,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
-	id := newSandboxID()
+	id := ids.Sandbox('l')
 	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
@@ -104,7 +87,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
-		Token: newToken(), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
+		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
 		Environment: senv.Name, BuildID: senv.BuildID}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
@@ -163,7 +146,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
 	if len(spec.Packages) > 0 {
-		if err := inst.installPackages(ctx, spec, workdir); err != nil {
+		if err := pipinstall.Install(ctx, inst.c, opts.Python, spec.PackageIndex, spec.Packages, workdir); err != nil {
 			_ = inst.Kill(context.Background())
 			return nil, err
 		}
@@ -494,41 +477,6 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 		return err
 	}
 	return killByDir(ctx, filepath.Join(runtimeDir(opts.RuntimeDir), dirName(id)))
-}
-
-// installPackages pip-installs spec.Packages into the sandbox user's site
-// (gllm_tools' additional_packages). The sandbox's home is private, so
-// overriding Debian's externally-managed marker there harms nobody.
-func (i *instance) installPackages(ctx context.Context, spec driver.Spec, workdir string) error {
-	opts, _ := optionsOf(spec) // Create checked them
-	python := opts.Python
-	if python == "" {
-		python = "python3"
-	}
-	args := []string{"-m", "pip", "install", "--user", "--break-system-packages", "--no-input",
-		"--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off"}
-	if spec.PackageIndex != "" {
-		args = append(args, "--index-url", spec.PackageIndex)
-	}
-	args = append(args, spec.Packages...)
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	code, out, err := i.c.RunProcess(ctx, python, args, nil, workdir)
-	if err != nil {
-		return fmt.Errorf("installing packages %v: %w", spec.Packages, err)
-	}
-	if code != 0 {
-		return fmt.Errorf("%w: installing packages %v: pip exited with %d: %s", sberr.ErrInvalidConfig, spec.Packages, code, lastLines(out, 15))
-	}
-	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // removeCgroups kills whatever is left in a dead sandbox's cgroups and

@@ -15,4 +15,5 @@ var (
 	ErrInvalidInput  = errors.New("invalid input")
 	ErrAlreadyExists = errors.New("already exists")
 	ErrUnavailable   = errors.New("sandbox unavailable")
+	ErrPermission    = errors.New("permission denied")
 )
