@@ -287,6 +287,15 @@ func TestDockerNetworkAll(t *testing.T) {
 	checkNetworkAll(t, newDocker(t, func(c *sandboxes.Config) { *c = cfg }))
 }
 
+// TestDockerNetworkUpdate: as TestLocalNetworkUpdate, on docker.
+func TestDockerNetworkUpdate(t *testing.T) {
+	cfg := dockerConfig(t)
+	testInternet(t)
+	all := cfg
+	all.NetworkPolicy = sandboxes.NetworkAll
+	checkNetworkUpdate(t, newDocker(t, func(c *sandboxes.Config) { *c = all }), newDocker(t, func(c *sandboxes.Config) { *c = cfg }))
+}
+
 // TestDockerNetworkAllowlist: as TestLocalNetworkAllowlist, on docker.
 func TestDockerNetworkAllowlist(t *testing.T) {
 	cfg := dockerConfig(t)

@@ -329,7 +329,10 @@ _fmt("metadata", http(%[8]q))
 // all and allowlist, and refuses what it can't do.
 func TestLocalNetworkUpdate(t *testing.T) {
 	testInternet(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll })
+	checkNetworkUpdate(t, newLocal(t, func(c *sandboxes.Config) { c.NetworkPolicy = sandboxes.NetworkAll }), newLocal(t, nil))
+}
+
+func checkNetworkUpdate(t *testing.T, sb, none *sandboxes.Sandbox) {
 	try := fmt.Sprintf(`_fmt("byip", http(%q))`, testnet.ServerIPv4)
 	expect(t, probe(t, sb, try), map[string]string{"byip": "ok:internet " + testnet.ServerIPv4})
 	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAllowlist, []string{testnet.NameWWW}, false); err != nil {
@@ -346,7 +349,6 @@ func TestLocalNetworkUpdate(t *testing.T) {
 	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAllowlist, []string{"127.0.0.1"}, false); !errors.Is(err, sandboxes.ErrInvalidConfig) {
 		t.Errorf("allowlist of loopback = %v, want ErrInvalidConfig", err)
 	}
-	none := newLocal(t, nil)
 	if err := none.UpdateNetwork(ctxT(t), sandboxes.NetworkAll, nil, false); !errors.Is(err, sandboxes.ErrNotSupported) {
 		t.Errorf("none → all = %v, want ErrNotSupported", err)
 	}

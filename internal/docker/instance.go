@@ -95,6 +95,16 @@ func (i *instance) Info(ctx context.Context) (driver.Info, error) {
 	return infoOf(ct.Config.Labels, string(ct.State.Status), created, r), nil
 }
 
+// UpdateNetwork implements driver.NetworkUpdater (network.go). Info keeps
+// reporting the network the sandbox was created with (a label).
+func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []string, allowPrivate bool) error {
+	info, err := i.Info(ctx)
+	if err != nil {
+		return err
+	}
+	return updateNetwork(i.dir, i.id, info.Network, network, allowed, allowPrivate)
+}
+
 // SetTimeout implements driver.Instance: the agent restarts its countdown,
 // and the record (which sweeps and Info read; labels can't change) follows.
 func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {

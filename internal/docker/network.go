@@ -15,6 +15,7 @@ package docker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,7 +24,9 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +47,10 @@ const (
 	netLogFile     = "network.log"
 	maxNetLog      = 1 << 20
 	netStartupWait = 30 * time.Second
+	// In the sandbox's host-side directory: the supervisor's pid, and the
+	// policy UpdateNetwork asks it (SIGUSR1) to switch to.
+	netPidFile    = "network.pid"
+	netPolicyFile = "network.json"
 )
 
 type netSpec struct {
@@ -180,6 +187,27 @@ func runNetwork() int {
 		return 1
 	}
 	defer st.Close()
+	if err := os.WriteFile(filepath.Join(spec.Dir, netPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		report("error: " + err.Error())
+		return 1
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			var p egress.Policy
+			b, err := os.ReadFile(filepath.Join(spec.Dir, netPolicyFile))
+			if err == nil {
+				err = json.Unmarshal(b, &p)
+			}
+			if err == nil {
+				err = st.SetPolicy(p)
+			}
+			if err != nil {
+				st.Logf("egress: policy update refused: %v", err)
+			}
+		}
+	}()
 	report("ok")
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if devnull != nil {
@@ -197,6 +225,39 @@ func runNetwork() int {
 			return 0
 		}
 	}
+}
+
+// updateNetwork is UpdateNetwork for a docker sandbox (see the local
+// variant's): the new policy in the directory, SIGUSR1 to the supervisor.
+func updateNetwork(dir, id, created, network string, allowed []string, allowPrivate bool) error {
+	if (created == "none") != (network == "none") {
+		return fmt.Errorf("%w: sandbox %s was created with network %s; a running sandbox can switch between all and allowlist only (create a new one)", sberr.ErrNotSupported, id, created)
+	}
+	if network == "none" {
+		return nil
+	}
+	p := egress.Policy{Mode: network, Allowed: allowed, AllowPrivate: allowPrivate}
+	if _, err := egress.Compile(p); err != nil {
+		return fmt.Errorf("%w: %w", sberr.ErrInvalidConfig, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, netPidFile))
+	if err != nil {
+		return fmt.Errorf("%w: sandbox %s: its network supervisor is gone: %w", sberr.ErrUnavailable, id, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return fmt.Errorf("%w: sandbox %s: bad %s", sberr.ErrUnavailable, id, netPidFile)
+	}
+	// Only our supervisor of this sandbox gets the signal, never a process
+	// that reused its pid.
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if !bytes.Equal(cmdline, []byte("code-sandboxes-network\x00"+filepath.Base(dir)+"\x00")) {
+		return fmt.Errorf("%w: sandbox %s: its network supervisor is gone", sberr.ErrUnavailable, id)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, netPolicyFile), p); err != nil {
+		return err
+	}
+	return syscall.Kill(pid, syscall.SIGUSR1)
 }
 
 func exited(pfd int) bool {

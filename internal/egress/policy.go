@@ -171,12 +171,37 @@ func (c *compiled) listed(ip netip.Addr) bool {
 }
 
 var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+)
+
+// embeddedIPv4 is the IPv4 address a NAT64 (RFC 6052's well-known /96: the
+// last 32 bits) or
+// 6to4 (bits 16-48) address stands for.
+func embeddedIPv4(ip netip.Addr) (netip.Addr, bool) {
+	if !ip.Is6() || ip.Is4In6() {
+		return netip.Addr{}, false
+	}
+	b := ip.As16()
+	if nat64.Contains(ip) {
+		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]}), true
+	}
+	if sixToFour.Contains(ip) {
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), true
+	}
+	return netip.Addr{}, false
+}
+
+var (
 	alwaysBlocked = mustPrefixes(
 		"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4", // 240/4 includes 255.255.255.255
 		"::/128", "::1/128", "fe80::/10", "ff00::/8",
 	)
 	privateRanges = mustPrefixes(
 		"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7",
+		// NAT64's local-use prefix (RFC 8215): the operator's own
+		// translation, which may embed any IPv4 address anywhere.
+		"64:ff9b:1::/48",
 	)
 )
 
@@ -248,6 +273,14 @@ func (c *compiled) check(ip netip.Addr, host *hostAddrs, pins *pinSet) (verdict,
 func (c *compiled) reachable(ip netip.Addr, host *hostAddrs) (bool, string) {
 	if !ip.IsValid() {
 		return false, "invalid address"
+	}
+	// An IPv6 address that a translator turns into an IPv4 one (NAT64,
+	// 6to4) must pass for that IPv4 address too: 64:ff9b::a9fe:a9fe is
+	// 169.254.169.254 on a host behind NAT64.
+	if v4, ok := embeddedIPv4(ip); ok {
+		if ok, why := c.reachable(v4, host); !ok {
+			return false, why + " (embedded in " + ip.String() + ")"
+		}
 	}
 	for _, b := range alwaysBlocked {
 		if b.Contains(ip) {

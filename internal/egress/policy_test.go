@@ -66,6 +66,9 @@ func TestCheck(t *testing.T) {
 	for ip, want := range map[string]verdict{
 		"198.51.100.8": direct, "10.0.0.1": refuse, "172.16.5.5": refuse, "192.168.1.1": refuse,
 		"100.64.0.1": refuse, "fd00::1": refuse, "2001:db8::1": direct, "::ffff:10.0.0.1": refuse,
+		// NAT64 and 6to4 addresses stand for IPv4 ones.
+		"64:ff9b::a9fe:a9fe": refuse, "64:ff9b::7f00:1": refuse, "64:ff9b::a00:1": refuse, "64:ff9b::c633:6408": direct,
+		"64:ff9b:1::a9fe:a9fe": refuse, "2002:a9fe:a9fe::1": refuse, "2002:c633:6408::1": direct,
 	} {
 		if got, why := all.check(netip.MustParseAddr(ip), &host, &pins); got != want {
 			t.Errorf("all: check(%s) = %v (%s), want %v", ip, got, why, want)

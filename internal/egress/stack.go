@@ -33,7 +33,12 @@ import (
 
 // Bounds per sandbox.
 const (
-	maxTCPConns     = 4096             // concurrent forwarded TCP connections
+	// maxTCPConns bounds concurrent forwarded TCP connections. Their
+	// buffers (the stack's 1 MiB each way, the host socket's hostSockBuf
+	// each way) are the supervisor's memory, outside the sandbox's memory
+	// limit: this keeps a sandbox that fills them all at about 1.5 GiB.
+	maxTCPConns     = 256
+	hostSockBuf     = 1 << 20
 	maxUDPFlows     = 256              // concurrent UDP flows (policy all)
 	maxSynInFlight  = 512              // connections being dialled at once
 	dialTimeout     = 30 * time.Second // a connect the far end doesn't answer
@@ -228,6 +233,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 			return
 		}
 		up = c.(*net.TCPConn)
+		limitBuffers(up)
 	}
 	var wq waiter.Queue
 	ep, e := r.CreateEndpoint(&wq)
@@ -258,6 +264,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 			if derr == nil {
 				if _, werr := c.Write(head); werr == nil {
 					up = c.(*net.TCPConn)
+					limitBuffers(up)
 				} else {
 					c.Close()
 				}
@@ -270,6 +277,13 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 		}
 	}
 	splice(down, up)
+}
+
+// limitBuffers fixes a host socket's buffers (no autotuning up to the
+// kernel's maximum): they hold what a sandbox's far end doesn't read.
+func limitBuffers(c *net.TCPConn) {
+	_ = c.SetReadBuffer(hostSockBuf)
+	_ = c.SetWriteBuffer(hostSockBuf)
 }
 
 type halfCloser interface {
