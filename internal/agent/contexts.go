@@ -28,10 +28,11 @@ type contextTable struct {
 	byID     map[string]*codeContext
 	order    []string
 	defaults map[string]string // language -> id of its default context
-	newSess  func(cwd string) *kernel.Session
+	// newSess starts a context's kernel, or says why the language can't run.
+	newSess func(language, cwd string) (*kernel.Session, error)
 }
 
-func newContextTable(newSess func(cwd string) *kernel.Session) *contextTable {
+func newContextTable(newSess func(language, cwd string) (*kernel.Session, error)) *contextTable {
 	return &contextTable{byID: map[string]*codeContext{}, defaults: map[string]string{}, newSess: newSess}
 }
 
@@ -46,6 +47,8 @@ func normalizeLanguage(l string) string {
 		return "javascript"
 	case "ts":
 		return "typescript"
+	case "sh", "shell":
+		return "bash"
 	}
 	return l
 }
@@ -62,15 +65,16 @@ func newID() string {
 
 func (t *contextTable) create(language, cwd string) (*codeContext, error) {
 	language = normalizeLanguage(language)
-	if language != "python" {
-		return nil, fmt.Errorf("%w %q: this sandbox runs python only", errUnsupportedLanguage, language)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.byID) >= maxContexts {
 		return nil, fmt.Errorf("%w: the limit is %d per sandbox; delete one first", errTooManyContexts, maxContexts)
 	}
-	c := &codeContext{ID: newID(), Language: language, Cwd: cwd, session: t.newSess(cwd)}
+	sess, err := t.newSess(language, cwd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnsupportedLanguage, err)
+	}
+	c := &codeContext{ID: newID(), Language: language, Cwd: cwd, session: sess}
 	t.byID[c.ID] = c
 	t.order = append(t.order, c.ID)
 	return c, nil
