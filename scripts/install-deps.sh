@@ -8,6 +8,9 @@
 # starts when none runs. Idempotent; quiet when all is there.
 set -euo pipefail
 pkgs=(python3 python-is-python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap)
+# node runs the javascript kernel and the official-SDK tests (e2e/e2bjs); any
+# node will do, Debian's nodejs only when there is none.
+command -v node >/dev/null || pkgs+=(nodejs)
 # Any Docker engine will do (Docker's own docker-ce packages too): Debian's
 # docker.io only when there is no dockerd at all.
 # (/usr/sbin is not on every user's PATH.)
