@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-func needInterpreter(t *testing.T, lang string) {
+func needInterpreter(t testing.TB, lang string) {
 	t.Helper()
 	if err := CheckLanguage(context.Background(), lang, nil); err != nil {
 		if _, e := exec.LookPath(interpreters[lang]); e == nil {
