@@ -74,7 +74,7 @@ func InContext(c Context) RunOption { return func(o *runOptions) { o.contextID =
 
 // WithLanguage picks the default context of a language: "python" (the
 // default), "javascript" or "typescript" (node; TypeScript needs node ≥ 22.6),
-// "bash". A language whose interpreter the sandbox lacks is refused with the
+// "bash", "r" (Rscript). A language whose interpreter the sandbox lacks is refused with the
 // reason (ErrInvalidInput).
 func WithLanguage(l string) RunOption { return func(o *runOptions) { o.language = l } }
 

@@ -124,15 +124,15 @@ func TestOfficialJSSDKCompat(t *testing.T) {
 	}
 
 	var langs struct {
-		JS, JSState, JSAwait, JSEnv, Bash, ContextLanguage, InContext string
-		JSError, BashError                                            *string
-		Listed                                                        []string
-		Refused                                                       *struct{ Thrown, Message string }
+		JS, JSState, JSAwait, JSEnv, R, Bash, ContextLanguage, InContext string
+		JSError, RError, BashError                                       *string
+		Listed                                                           []string
+		Refused                                                          *struct{ Thrown, Message string }
 	}
 	step("languages", &langs)
 	if langs.JS != "hi from js\n" || langs.JSState != "11" || langs.JSAwait != "y.txt" || langs.JSEnv != "scoped" ||
 		langs.JSError == nil || *langs.JSError != "ReferenceError" || langs.Bash != "42\n" || langs.BashError != nil ||
-		langs.ContextLanguage != "javascript" || langs.InContext != "undefined" {
+		langs.ContextLanguage != "javascript" || langs.InContext != "undefined" || langs.R != "[1] 42" || langs.RError != nil {
 		t.Errorf("languages: %+v", langs)
 	}
 	if !slices.Contains(langs.Listed, "python") || !slices.Contains(langs.Listed, "javascript") {
@@ -141,7 +141,7 @@ func TestOfficialJSSDKCompat(t *testing.T) {
 	// The SDK shows only the status line; the body (our agent's reason,
 	// checked in internal/agent's tests) is not in its message.
 	if langs.Refused == nil || langs.Refused.Thrown != "SandboxError" || !strings.Contains(langs.Refused.Message, "400") {
-		t.Errorf("language r: %+v, want a 400 refusal", langs.Refused)
+		t.Errorf("language cobol: %+v, want a 400 refusal", langs.Refused)
 	}
 
 	var version string

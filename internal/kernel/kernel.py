@@ -1383,6 +1383,63 @@ fs.createReadStream(null, { fd: cmdFd }).on('data', (d) => {
 """
 
 
+_R_DRIVER = r"""
+local({
+  cmd <- file(paste0("/proc/self/fd/", Sys.getenv("CS_CMD_FD")), "r")
+  st <- file(paste0("/proc/self/fd/", Sys.getenv("CS_ST_FD")), "w")
+  Sys.unsetenv(c("CS_CMD_FD", "CS_ST_FD"))
+  hex <- function(s) {
+    b <- charToRaw(enc2utf8(paste(s, collapse = "\n")))
+    if (length(b) == 0) "-" else paste(as.character(b), collapse = "")
+  }
+  unhex <- function(h) {
+    if (h == "-" || nchar(h) == 0) return("")
+    rawToChar(as.raw(strtoi(substring(h, seq(1, nchar(h), 2), seq(2, nchar(h), 2)), 16L)))
+  }
+  send <- function(...) {
+    flush(stdout()); flush(stderr())
+    cat(paste(...), "\n", sep = "", file = st); flush(st)
+  }
+  repeat {
+    line <- readLines(cmd, n = 1)
+    if (length(line) == 0) quit(save = "no", status = 0)
+    f <- strsplit(line, " ", fixed = TRUE)[[1]]
+    id <- f[1]
+    saved <- list()
+    if (f[3] != "-") {
+      for (kv in readLines(f[3])) {
+        k <- sub("=.*", "", kv)
+        saved[k] <- list(Sys.getenv(k, unset = NA))
+        do.call(Sys.setenv, stats::setNames(list(unhex(sub("^[^=]*=", "", kv))), k))
+      }
+    }
+    tryCatch(withCallingHandlers({
+      exprs <- parse(file = f[2], keep.source = FALSE)
+      n <- length(exprs)
+      for (i in seq_len(n)) {
+        r <- withVisible(eval(exprs[[i]], envir = globalenv()))
+        if (r$visible) {
+          if (i == n) send(id, "result", hex(utils::capture.output(print(r$value))))
+          else print(r$value)
+        }
+      }
+    }, warning = function(w) {
+      message("Warning message:\n", conditionMessage(w))
+      invokeRestart("muffleWarning")
+    }), error = function(e) {
+      send(id, "error", hex(conditionMessage(e)), hex(deparse(conditionCall(e))))
+    }, interrupt = function(e) {
+      send(id, "interrupt")
+    })
+    for (k in names(saved)) {
+      if (is.na(saved[[k]])) Sys.unsetenv(k) else do.call(Sys.setenv, stats::setNames(list(saved[[k]]), k))
+    }
+    send(id, "done")
+  }
+})
+"""
+
+
 class _Child:
     """A persistent interpreter for a non-Python context."""
 
@@ -1405,6 +1462,11 @@ class _Child:
         if self.lang == "bash":
             argv = ["bash", "--norc", "--noprofile", "-c",
                     "trap 'return 130 2>/dev/null' INT; while IFS= read -r -u %d line; do eval \"$line\"; done" % cmd_r]
+        elif self.lang == "r":
+            drv = os.path.join(self.dir, "driver.R")
+            with open(drv, "w") as f:
+                f.write(_R_DRIVER)
+            argv = ["Rscript", "--vanilla", drv]
         else:
             drv = os.path.join(self.dir, "driver.js")
             with open(drv, "w") as f:
@@ -1438,24 +1500,32 @@ class _Child:
             self.p.wait()
         self.p = None
 
-    def _line(self, deadline=None):
-        """The next status line; None when the child is gone; raises
-        TimeoutError past deadline (a time.monotonic() value)."""
-        while b"\n" not in self.buf:
-            if deadline is not None:
-                import select
-                import time
+    def _line(self):
+        """The next status line; None when the child is gone. SIGINT does
+        not raise here (_st.crit): a KeyboardInterrupt landing between a read
+        and its use would lose the child's answer. Instead an interrupt gives
+        the child a second to report, after which it is ended (TimeoutError)."""
+        import select
+        import time
 
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.st], [], [], left)[0]:
+        deadline = None
+        _st.crit = True
+        try:
+            while b"\n" not in self.buf:
+                if _st.pending:
+                    _st.pending = False
+                    if deadline is None:
+                        deadline = time.monotonic() + 1.0
+                if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError
-            try:
+                if not select.select([self.st], [], [], 0.1)[0]:
+                    continue
                 b = os.read(self.st, 1 << 16)
-            except InterruptedError:
-                continue
-            if not b:
-                return None
-            self.buf += b
+                if not b:
+                    return None
+                self.buf += b
+        finally:
+            _st.crit = False
         line, _, self.buf = self.buf.partition(b"\n")
         return line
 
@@ -1476,6 +1546,19 @@ class _Child:
             pre = "".join("%s=%s " % (k, _shq(v)) for k, v in env.items() if _bash_name(k))
             cmd = "%ssource %s </dev/null; echo \"%d $?\" >&%d\n" % (pre, _shq(path), seq, self.stw)
             data = cmd.encode("utf-8", "surrogateescape")
+        elif self.lang == "r":
+            path = os.path.join(self.dir, "cell.R")
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(src)
+                f.write("\n")
+            envpath = "-"
+            if env:
+                envpath = os.path.join(self.dir, "env")
+                with open(envpath, "w", encoding="ascii") as f:
+                    for k, v in env.items():
+                        if _bash_name(k):
+                            f.write("%s=%s\n" % (k, v.encode("utf-8", "surrogateescape").hex() or "-"))
+            data = ("%d %s %s\n" % (seq, path, envpath)).encode("utf-8", "surrogateescape")
         else:
             import json
 
@@ -1485,18 +1568,9 @@ class _Child:
             _write_all(self.cmd, data)
         except OSError:
             pass
-        deadline = None
         while True:
             try:
-                line = self._line(deadline)
-            except KeyboardInterrupt:
-                # The child got the SIGINT too; give it a moment to report
-                # the cell as interrupted, else end it (its state is lost).
-                import time
-
-                if deadline is None:
-                    deadline = time.monotonic() + 1.0
-                continue
+                line = self._line()
             except TimeoutError:
                 self._stop()
                 _send({"t": "error", "name": "KeyboardInterrupt",
@@ -1519,6 +1593,26 @@ class _Child:
                         _send({"t": "error", "name": "BashError", "value": "exit status %d" % rc,
                                "tb": "the cell's last command exited with status %d\n" % rc})
                     return None
+                continue
+            if self.lang == "r":
+                parts = line.decode("ascii", "replace").split(" ")
+                if parts[0] != str(seq):
+                    continue
+                kind = parts[1] if len(parts) > 1 else ""
+
+                def unhex(h):
+                    return "" if h == "-" else bytes.fromhex(h).decode("utf-8", "replace")
+
+                if kind == "done":
+                    return None
+                if kind == "result" and len(parts) > 2:
+                    _publish({"text/plain": unhex(parts[2])}, {}, True)
+                elif kind == "error" and len(parts) > 3:
+                    msg, call = unhex(parts[2]), unhex(parts[3])
+                    where = "Error in %s : " % call if call and call != "NULL" else "Error: "
+                    _send({"t": "error", "name": "RError", "value": msg, "tb": where + msg + "\n"})
+                elif kind == "interrupt":
+                    _send({"t": "error", "name": "KeyboardInterrupt", "value": "", "tb": "KeyboardInterrupt\n"})
                 continue
             import json
 

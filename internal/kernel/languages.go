@@ -18,7 +18,7 @@ var ErrLanguageUnavailable = errors.New("kernel: language unavailable")
 // Languages our kernel runs. Python cells run in kernel.py itself; the others
 // in a persistent interpreter kernel.py drives (state between runs, live
 // output, errors, interrupt by SIGINT).
-var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node"}
+var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript"}
 
 var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
 
@@ -29,7 +29,7 @@ var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
 func CheckLanguage(ctx context.Context, language string, env []string) error {
 	prog, ok := interpreters[language]
 	if !ok {
-		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript and bash do)", ErrLanguageUnavailable, language)
+		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript, bash and r do)", ErrLanguageUnavailable, language)
 	}
 	if prog == "" {
 		return nil

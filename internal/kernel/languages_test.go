@@ -117,7 +117,7 @@ func TestJavaScriptKernel(t *testing.T) {
 }
 
 func TestLanguageRefused(t *testing.T) {
-	for _, lang := range []string{"r", "java", "cobol"} {
+	for _, lang := range []string{"java", "cobol"} {
 		err := CheckLanguage(context.Background(), lang, nil)
 		if !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), lang) {
 			t.Errorf("%s: %v", lang, err)
@@ -125,5 +125,41 @@ func TestLanguageRefused(t *testing.T) {
 	}
 	if err := CheckLanguage(context.Background(), "javascript", []string{"PATH=/nonexistent"}); !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), "node") {
 		t.Errorf("javascript without node: %v", err)
+	}
+}
+
+func TestRKernel(t *testing.T) {
+	s := langSession(t, "r")
+	r := exec1(t, s, "x <- 40\ncat('out\\n'); message('err')\nx + 2")
+	noErrors(t, "r", r)
+	if r.stdout() != "out\n" || r.stderr() != "err\n" || mainText(t, r) != "[1] 42" {
+		t.Fatalf("first cell: %q %q %q", r.stdout(), r.stderr(), mainText(t, r))
+	}
+	if got := mainText(t, exec1(t, s, "x * 2")); got != "[1] 80" {
+		t.Fatalf("state: %q", got)
+	}
+	r = execReq(t, s, Request{Code: "Sys.getenv('CS_R')", EnvVars: map[string]string{"CS_R": "scoped"}})
+	if got := mainText(t, r); got != `[1] "scoped"` {
+		t.Fatalf("env var: %q", got)
+	}
+	if got := mainText(t, exec1(t, s, "Sys.getenv('CS_R', unset = 'default')")); got != `[1] "default"` {
+		t.Fatalf("env var leaked: %q", got)
+	}
+	r = exec1(t, s, "stop('bad thing')")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "RError" || errs[0].Value != "bad thing" {
+		t.Fatalf("error: %+v", r.errors())
+	}
+	r = exec1(t, s, "warning('careful'); 1")
+	if !strings.Contains(r.stderr(), "careful") || mainText(t, r) != "[1] 1" {
+		t.Fatalf("warning: %q %q", r.stderr(), mainText(t, r))
+	}
+	intr := make(chan struct{})
+	time.AfterFunc(time.Second, func() { close(intr) })
+	r = execReq(t, s, Request{Code: "Sys.sleep(30); 'never'", Interrupt: intr})
+	if r.out.KernelDied || len(r.errors()) == 0 || mainText(t, r) != "" {
+		t.Fatalf("interrupt: %+v %+v", r.out, r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "x")); got != "[1] 40" {
+		t.Fatalf("state after interrupt: %q (interrupted cell: %+v, stderr %q)", got, r.errors(), r.stderr())
 	}
 }
