@@ -196,12 +196,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 // open paths need no token, as in envd: /health is how a host learns the
-// sandbox is up, and /files has its own signature scheme in E2B (we require
-// the token there anyway when one is set, which is stricter).
+// sandbox is up. /files also takes envd's signed URLs instead of the token
+// (the SDKs' downloadUrl/uploadUrl): a signature made with the token for
+// that path, operation, user and optional expiry.
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.AccessToken != "" && r.URL.Path != "/health" {
 			got := r.Header.Get("X-Access-Token")
+			if got == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+				if err := checkFileSignature(r, s.cfg.AccessToken, time.Now()); err != nil {
+					writeJSONError(w, http.StatusUnauthorized, err.Error())
+					return
+				}
+				next.ServeHTTP(w, r)
+				return
+			}
 			if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.AccessToken)) != 1 {
 				writeJSONError(w, http.StatusUnauthorized, "unauthorized access, please provide a valid access token (X-Access-Token)")
 				return
