@@ -567,3 +567,17 @@ func sdkSignature(path, op, user, token, exp string) string {
 	sum := sha256.Sum256([]byte(raw))
 	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
 }
+
+// The default contexts list first, so a context just created is the last
+// one listed (E2B's SDK tests rely on it).
+func TestCreatedContextListsLast(t *testing.T) {
+	a := startAgent(t, "")
+	c, err := a.c.CreateContext(ctx(t), "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := a.c.ListContexts(ctx(t))
+	if err != nil || len(list) < 2 || list[len(list)-1].ID != c.ID || list[0].Language != "python" {
+		t.Fatalf("contexts = %+v (%v), want the default python first and %s last", list, err, c.ID)
+	}
+}

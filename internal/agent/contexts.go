@@ -110,7 +110,29 @@ func (t *contextTable) defaultFor(language, cwd string) (*codeContext, error) {
 		return t.byID[id], nil
 	}
 	t.defaults[language] = c.ID
+	// Default contexts list first, as if they existed from the start (E2B's
+	// do); a context created before this one was asked for stays last.
+	for i, id := range t.order {
+		if id == c.ID {
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			break
+		}
+	}
+	lead := 0
+	for lead < len(t.order) && t.isDefaultLocked(t.order[lead]) {
+		lead++
+	}
+	t.order = append(t.order[:lead], append([]string{c.ID}, t.order[lead:]...)...)
 	return c, nil
+}
+
+func (t *contextTable) isDefaultLocked(id string) bool {
+	for _, d := range t.defaults {
+		if d == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *contextTable) list() []*codeContext {
