@@ -1806,15 +1806,17 @@ def _cmd_exec(fields):
         # back (SIGINT is ignored between cells) and is sent now.
         _send({"t": "start", "id": cid}, sync=False)
         try:
-            for i in range(0, len(env) - 1, 2):
-                k = env[i].decode("utf-8", "surrogateescape")
-                saved[k] = os.environ.get(k)
-                os.environ[k] = env[i + 1].decode("utf-8", "surrogateescape")
             if _st.child is not None:
+                # Only the cell sees these: not os.environ, which a child
+                # interpreter started by this cell would inherit for good.
                 envd = {env[i].decode("utf-8", "surrogateescape"): env[i + 1].decode("utf-8", "surrogateescape")
                         for i in range(0, len(env) - 1, 2)}
                 exit_code = _st.child.run(count, src, envd)
             else:
+                for i in range(0, len(env) - 1, 2):
+                    k = env[i].decode("utf-8", "surrogateescape")
+                    saved[k] = os.environ.get(k)
+                    os.environ[k] = env[i + 1].decode("utf-8", "surrogateescape")
                 exit_code = _exec_cell(count, src)
             try:
                 _flush_figures()

@@ -163,3 +163,19 @@ func TestRKernel(t *testing.T) {
 		t.Fatalf("state after interrupt: %q (interrupted cell: %+v, stderr %q)", got, r.errors(), r.stderr())
 	}
 }
+
+// Per-run env vars on the very first cell (which starts the interpreter)
+// must not stay in the interpreter's environment.
+func TestLanguageFirstCellEnv(t *testing.T) {
+	for lang, code := range map[string]string{"bash": "echo ${CS_FIRST:-unset}", "javascript": "console.log(process.env.CS_FIRST || 'unset')", "r": "cat(Sys.getenv('CS_FIRST', unset = 'unset'), '\\n', sep = '')"} {
+		t.Run(lang, func(t *testing.T) {
+			s := langSession(t, lang)
+			if r := execReq(t, s, Request{Code: code, EnvVars: map[string]string{"CS_FIRST": "set"}}); r.stdout() != "set\n" {
+				t.Fatalf("with the env var: %q %+v", r.stdout(), r.errors())
+			}
+			if r := exec1(t, s, code); r.stdout() != "unset\n" {
+				t.Fatalf("next cell: %q", r.stdout())
+			}
+		})
+	}
+}
