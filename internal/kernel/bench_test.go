@@ -51,12 +51,13 @@ func benchDir(dir string) string {
 
 // Languages other than Python: first result (new session → first main
 // result) and warm round trip, against each language's own one-shot peer
-// (node -e / bash -c) in the same run:
+// (node -e / bash -c / Rscript -e) in the same run:
 //
 //	go test ./internal/kernel -run - -bench 'Language|Peer' -benchtime 20x
 var langBench = []struct{ lang, setup, cell, peer, peerArg string }{
 	{"javascript", "let x = 40", "x + 2", "node", "-e"},
 	{"bash", "x=40", "echo $((x + 2))", "bash", "-c"},
+	{"r", "x <- 40", "x + 2", "Rscript", "-e"},
 }
 
 func BenchmarkLanguageFirstResult(b *testing.B) {
@@ -99,9 +100,9 @@ func BenchmarkPeer(b *testing.B) {
 			if _, err := exec.LookPath(l.peer); err != nil {
 				b.Skip(err)
 			}
-			code := l.setup + "; console.log(x + 2)"
-			if l.lang == "bash" {
-				code = l.setup + "; " + l.cell
+			code := l.setup + "; " + l.cell
+			if l.lang == "javascript" {
+				code = l.setup + "; console.log(x + 2)"
 			}
 			for b.Loop() {
 				if err := exec.Command(l.peer, l.peerArg, code).Run(); err != nil {
