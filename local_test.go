@@ -386,3 +386,42 @@ func TestLocalPythonOnPath(t *testing.T) {
 		t.Fatalf("python: %+v %v", res, err)
 	}
 }
+
+// Kernels for other languages: state, streaming, errors; a language the
+// sandbox can't run is refused with the reason.
+func TestLocalLanguages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	_, errNode := exec.LookPath("node")
+	sandboxestest.Require(t, errNode == nil, "node (make deps)")
+	sb := newLocal(t, nil)
+	js := sandboxes.WithLanguage("javascript")
+	runOut(t, sb, "let n = 20", js)
+	ex := runOut(t, sb, "console.log('from node'); n * 2 + 2", js)
+	if ex.Stdout() != "from node\n" || ex.Text() != "42" || ex.Error != nil {
+		t.Fatalf("javascript: %q %q %v", ex.Stdout(), ex.Text(), ex.Error)
+	}
+	ex = runOut(t, sb, "null.x", js)
+	if ex.Error == nil || ex.Error.Name != "TypeError" {
+		t.Fatalf("javascript error: %+v", ex.Error)
+	}
+	sh := sandboxes.WithLanguage("bash")
+	runOut(t, sb, "N=7", sh)
+	if ex := runOut(t, sb, "echo $((N * 6)) $(whoami)", sh); ex.Stdout() != "42 user\n" {
+		t.Fatalf("bash: %q %v", ex.Stdout(), ex.Error)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := sb.RunCode(ctx, "1 + 1", sandboxes.WithLanguage("java"))
+	if !errors.Is(err, sandboxes.ErrInvalidInput) || !strings.Contains(err.Error(), "\"java\"") {
+		t.Fatalf("java: %v", err)
+	}
+	cc, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Language: "js"})
+	if err != nil || cc.Language != "javascript" {
+		t.Fatalf("javascript context: %+v %v", cc, err)
+	}
+	if ex := runOut(t, sb, "typeof n", sandboxes.InContext(cc)); ex.Text() != "undefined" {
+		t.Fatalf("contexts share state: %q", ex.Text())
+	}
+}

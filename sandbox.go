@@ -72,7 +72,10 @@ type runOptions struct {
 // InContext runs the code in the given context instead of the default one.
 func InContext(c Context) RunOption { return func(o *runOptions) { o.contextID = c.ID } }
 
-// WithLanguage picks the default context of a language ("python").
+// WithLanguage picks the default context of a language: "python" (the
+// default), "javascript" or "typescript" (node; TypeScript needs node ≥ 22.6),
+// "bash", "r" (Rscript). A language whose interpreter the sandbox lacks is refused with the
+// reason (ErrInvalidInput).
 func WithLanguage(l string) RunOption { return func(o *runOptions) { o.language = l } }
 
 // WithEnv sets environment variables for this execution only.

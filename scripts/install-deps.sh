@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the sandboxes and the tests need from Debian's packages, when
 # missing: the python3 that sandboxes run (with numpy, pandas, matplotlib;
-# `python` too, as E2B's sandboxes have it),
+# `python` too, as E2B's sandboxes have it; R for the r kernel),
 # ipykernel + jupyter_client for the benchmark's Jupyter baseline, bubblewrap
 # for the isolation baseline, mmdebstrap for building environments, and a Docker engine (docker.io: dockerd and the
 # docker CLI) for the docker variant's tests, which scripts/with-dockerd.sh
@@ -14,7 +14,10 @@ set -euo pipefail
 if [ "${1:-}" = run ]; then
   pkgs=(python3)
 else
-pkgs=(python3 python-is-python3 python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap iproute2)
+pkgs=(python3 python-is-python3 r-base-core python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap iproute2)
+# node runs the javascript kernel and the official-SDK tests (e2e/e2bjs); any
+# node will do, Debian's nodejs only when there is none.
+command -v node >/dev/null || pkgs+=(nodejs)
 # Any Docker engine will do (Docker's own docker-ce packages too): Debian's
 # docker.io only when there is no dockerd at all.
 # (/usr/sbin is not on every user's PATH.)

@@ -74,6 +74,32 @@ try {
     return out
   })
 
+  await step('languages', async () => {
+    const js1 = await sbx.runCode('const greeting = "hi from js"; console.log(greeting)', { language: 'js' })
+    const js2 = await sbx.runCode('greeting.length + 1', { language: 'javascript' })
+    const jsAwait = await sbx.runCode("import { basename } from 'path'\nawait Promise.resolve(basename('/x/y.txt'))", { language: 'js' })
+    const jsErr = await sbx.runCode('undefinedName', { language: 'js' })
+    const jsEnv = await sbx.runCode('process.env.CS_LANG', { language: 'js', envs: { CS_LANG: 'scoped' } })
+    const r1 = await sbx.runCode('v <- c(1, 2, 3)', { language: 'r' })
+    const r2 = await sbx.runCode('sum(v) * 7', { language: 'r' })
+    const sh1 = await sbx.runCode('COUNT=41', { language: 'bash' })
+    const sh2 = await sbx.runCode('echo $((COUNT + 1))', { language: 'bash' })
+    const ctx = await sbx.createCodeContext({ language: 'js' })
+    const inCtx = await sbx.runCode('typeof greeting', { context: ctx })
+    const listed = (await sbx.listCodeContexts()).map((c) => c.language)
+    let refused = null
+    try {
+      await sbx.runCode('1 + 1', { language: 'cobol' })
+    } catch (e) {
+      refused = { thrown: e?.constructor?.name, message: String(e?.message) }
+    }
+    return {
+      js: js1.logs.stdout.join(''), jsState: js2.text, jsAwait: jsAwait.text, jsError: jsErr.error?.name ?? null,
+      jsEnv: jsEnv.text, r: r2.text, rError: r1.error?.name ?? null, bash: sh2.logs.stdout.join(''), bashError: sh1.error?.name ?? null,
+      contextLanguage: ctx.language, inContext: inCtx.text, listed, refused,
+    }
+  })
+
   await step('envdVersion', async () => (await sbx.getInfo()).envdVersion)
 
   await step('metadata', async () => {

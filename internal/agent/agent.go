@@ -124,8 +124,11 @@ func New(cfg Config) *Server {
 	for k, v := range cfg.Env {
 		env = append(env, k+"="+v)
 	}
-	s.contexts = newContextTable(func(cwd string) *kernel.Session {
-		return kernel.NewSession(kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env})
+	s.contexts = newContextTable(func(language, cwd string) (*kernel.Session, error) {
+		if err := kernel.CheckLanguage(context.Background(), language, env); err != nil {
+			return nil, err
+		}
+		return kernel.NewSession(kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language}), nil
 	})
 	s.mux = http.NewServeMux()
 	s.routes()
@@ -327,6 +330,12 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	m.HandleFunc("POST /execute", s.handleExecute)
 	m.HandleFunc("GET /contexts", func(w http.ResponseWriter, r *http.Request) {
+		// E2B's code interpreter starts with a default python and javascript
+		// context; ours are created on first use, and listed as if they were
+		// there from the start (their kernels still start lazily).
+		for _, lang := range []string{"python", "javascript"} {
+			_, _ = s.contexts.defaultFor(lang, s.cfg.Workdir) // javascript only where node is installed
+		}
 		writeJSON(w, http.StatusOK, s.contexts.list())
 	})
 	m.HandleFunc("POST /contexts", s.handleCreateContext)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -186,7 +188,13 @@ func TestExecuteErrorsAndContexts(t *testing.T) {
 		t.Errorf("default context sees y: %+v", got)
 	}
 	list, _ := a.c.ListContexts(ctx(t))
-	if len(list) != 2 {
+	langs := map[string]int{}
+	for _, c := range list {
+		langs[c.Language]++
+	}
+	// The two python contexts, and (as E2B's) a default javascript one where node is installed.
+	_, noNode := exec.LookPath("node")
+	if langs["python"] != 2 || len(list) != 2+langs["javascript"] || (noNode == nil) != (langs["javascript"] == 1) {
 		t.Errorf("contexts = %+v", list)
 	}
 	if err := a.c.RestartContext(ctx(t), c.ID); err != nil {
@@ -568,5 +576,93 @@ func TestExecuteHeadersAtOnce(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if !strings.Contains(string(b), `"done"`) || !strings.Contains(string(b), "end_of_execution") {
 		t.Fatalf("body %s", b)
+	}
+}
+
+// envd's signed /files URLs: the signature replaces the token for that path,
+// operation and user, until it expires.
+func TestSignedFileURLs(t *testing.T) {
+	a := startAgent(t, "tok-secret")
+	if s, _, _ := a.raw(t, "POST", "/files?path=signed.txt", "hello", map[string]string{"Content-Type": "application/octet-stream"}); s != 200 {
+		t.Fatalf("upload with the token: %d", s)
+	}
+	do := func(method, q, body string) (int, string) {
+		req, _ := http.NewRequest(method, "http://sandbox/files?"+q, strings.NewReader(body))
+		if method == "POST" {
+			req.Header.Set("Content-Type", "application/octet-stream")
+		}
+		resp, err := a.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	sign := func(path, op, user, exp string) string {
+		q := url.Values{"path": {path}, "signature": {sdkSignature(path, op, user, "tok-secret", exp)}}
+		if user != "" {
+			q.Set("username", user)
+		}
+		if exp != "" {
+			q.Set("signature_expiration", exp)
+		}
+		return q.Encode()
+	}
+	future := strconv.FormatInt(time.Now().Add(time.Minute).Unix(), 10)
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+	if s, b := do("GET", sign("signed.txt", "read", "", ""), ""); s != 200 || b != "hello" {
+		t.Fatalf("signed read: %d %q", s, b)
+	}
+	if s, b := do("GET", sign("signed.txt", "read", "user", future), ""); s != 200 || b != "hello" {
+		t.Fatalf("signed read with expiry and user: %d %q", s, b)
+	}
+	if s, b := do("POST", sign("up.txt", "write", "", future), "up"); s != 200 {
+		t.Fatalf("signed write: %d %q", s, b)
+	}
+	for name, q := range map[string]string{
+		"expired":             sign("signed.txt", "read", "", past),
+		"write signature":     sign("signed.txt", "write", "", ""),
+		"other path":          strings.Replace(sign("other.txt", "read", "", ""), "other.txt", "signed.txt", 1),
+		"other token":         url.Values{"path": {"signed.txt"}, "signature": {sdkSignature("signed.txt", "read", "", "guess", "")}}.Encode(),
+		"expiry edited":       strings.Replace(sign("signed.txt", "read", "", past), past, future, 1),
+		"no signature at all": "path=signed.txt",
+	} {
+		s, b := do("GET", q, "")
+		if s != 401 {
+			t.Errorf("%s: %d %q, want 401", name, s, b)
+		}
+		if name == "expired" && !strings.Contains(b, "signature is already expired") {
+			t.Errorf("expired: %q", b)
+		}
+	}
+	// A signature opens /files only.
+	req, _ := http.NewRequest("GET", "http://sandbox/contexts?"+sign("signed.txt", "read", "", ""), nil)
+	if resp, err := a.hc.Do(req); err != nil || resp.StatusCode != 401 {
+		t.Fatalf("signature on /contexts: %v %v", resp.StatusCode, err)
+	}
+}
+
+// sdkSignature is the E2B JS SDK's getSignature, written out independently.
+func sdkSignature(path, op, user, token, exp string) string {
+	raw := path + ":" + op + ":" + user + ":" + token
+	if exp != "" {
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	return "v1_" + strings.TrimRight(base64.StdEncoding.EncodeToString(sum[:]), "=")
+}
+
+// The default contexts list first, so a context just created is the last
+// one listed (E2B's SDK tests rely on it).
+func TestCreatedContextListsLast(t *testing.T) {
+	a := startAgent(t, "")
+	c, err := a.c.CreateContext(ctx(t), "python", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := a.c.ListContexts(ctx(t))
+	if err != nil || len(list) < 2 || list[len(list)-1].ID != c.ID || list[0].Language != "python" {
+		t.Fatalf("contexts = %+v (%v), want the default python first and %s last", list, err, c.ID)
 	}
 }

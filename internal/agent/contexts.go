@@ -28,10 +28,11 @@ type contextTable struct {
 	byID     map[string]*codeContext
 	order    []string
 	defaults map[string]string // language -> id of its default context
-	newSess  func(cwd string) *kernel.Session
+	// newSess starts a context's kernel, or says why the language can't run.
+	newSess func(language, cwd string) (*kernel.Session, error)
 }
 
-func newContextTable(newSess func(cwd string) *kernel.Session) *contextTable {
+func newContextTable(newSess func(language, cwd string) (*kernel.Session, error)) *contextTable {
 	return &contextTable{byID: map[string]*codeContext{}, defaults: map[string]string{}, newSess: newSess}
 }
 
@@ -46,6 +47,8 @@ func normalizeLanguage(l string) string {
 		return "javascript"
 	case "ts":
 		return "typescript"
+	case "sh", "shell":
+		return "bash"
 	}
 	return l
 }
@@ -62,15 +65,16 @@ func newID() string {
 
 func (t *contextTable) create(language, cwd string) (*codeContext, error) {
 	language = normalizeLanguage(language)
-	if language != "python" {
-		return nil, fmt.Errorf("%w %q: this sandbox runs python only", errUnsupportedLanguage, language)
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.byID) >= maxContexts {
 		return nil, fmt.Errorf("%w: the limit is %d per sandbox; delete one first", errTooManyContexts, maxContexts)
 	}
-	c := &codeContext{ID: newID(), Language: language, Cwd: cwd, session: t.newSess(cwd)}
+	sess, err := t.newSess(language, cwd)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnsupportedLanguage, err)
+	}
+	c := &codeContext{ID: newID(), Language: language, Cwd: cwd, session: sess}
 	t.byID[c.ID] = c
 	t.order = append(t.order, c.ID)
 	return c, nil
@@ -106,7 +110,29 @@ func (t *contextTable) defaultFor(language, cwd string) (*codeContext, error) {
 		return t.byID[id], nil
 	}
 	t.defaults[language] = c.ID
+	// Default contexts list first, as if they existed from the start (E2B's
+	// do); a context created before this one was asked for stays last.
+	for i, id := range t.order {
+		if id == c.ID {
+			t.order = append(t.order[:i], t.order[i+1:]...)
+			break
+		}
+	}
+	lead := 0
+	for lead < len(t.order) && t.isDefaultLocked(t.order[lead]) {
+		lead++
+	}
+	t.order = append(t.order[:lead], append([]string{c.ID}, t.order[lead:]...)...)
 	return c, nil
+}
+
+func (t *contextTable) isDefaultLocked(id string) bool {
+	for _, d := range t.defaults {
+		if d == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *contextTable) list() []*codeContext {

@@ -84,7 +84,7 @@ func CheckFileSignature(method string, q url.Values, accessToken string, now tim
 			return fmt.Errorf("%w: signature_expiration %q is not a unix time", ErrBadSignature, e)
 		}
 		if now.Unix() > n {
-			return fmt.Errorf("%w: it expired at %s", ErrBadSignature, time.Unix(n, 0).UTC().Format(time.RFC3339))
+			return fmt.Errorf("%w: signature is already expired (at %s)", ErrBadSignature, time.Unix(n, 0).UTC().Format(time.RFC3339)) // envd's words
 		}
 		exp = n
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,27 @@ func TestOfficialJSSDKCompat(t *testing.T) {
 	var data map[string][]any
 	if err := json.Unmarshal(charts["data"], &data); err != nil || !reflect.DeepEqual(data, map[string][]any{"a": {1.0, 2.0}, "b": {"x", nil}}) {
 		t.Errorf("DataFrame result.data: %s", charts["data"])
+	}
+
+	var langs struct {
+		JS, JSState, JSAwait, JSEnv, R, Bash, ContextLanguage, InContext string
+		JSError, RError, BashError                                       *string
+		Listed                                                           []string
+		Refused                                                          *struct{ Thrown, Message string }
+	}
+	step("languages", &langs)
+	if langs.JS != "hi from js\n" || langs.JSState != "11" || langs.JSAwait != "y.txt" || langs.JSEnv != "scoped" ||
+		langs.JSError == nil || *langs.JSError != "ReferenceError" || langs.Bash != "42\n" || langs.BashError != nil ||
+		langs.ContextLanguage != "javascript" || langs.InContext != "undefined" || langs.R != "[1] 42" || langs.RError != nil {
+		t.Errorf("languages: %+v", langs)
+	}
+	if !slices.Contains(langs.Listed, "python") || !slices.Contains(langs.Listed, "javascript") {
+		t.Errorf("listed context languages %v, want python and javascript (E2B's defaults)", langs.Listed)
+	}
+	// The SDK shows only the status line; the body (our agent's reason,
+	// checked in internal/agent's tests) is not in its message.
+	if langs.Refused == nil || langs.Refused.Thrown != "SandboxError" || !strings.Contains(langs.Refused.Message, "400") {
+		t.Errorf("language cobol: %+v, want a 400 refusal", langs.Refused)
 	}
 
 	var version string

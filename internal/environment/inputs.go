@@ -159,9 +159,9 @@ func Builtin(name string) (*Spec, bool) {
 	}
 	return &Spec{
 		Name:        "python",
-		Description: "Debian bookworm with python3, numpy, pandas and matplotlib (the user uid 1000)",
+		Description: "Debian bookworm with python3, numpy, pandas and matplotlib, node for the javascript kernel (the user uid 1000)",
 		Base:        Base{Debian: "bookworm"},
 		Apt: []string{"python3", "python-is-python3", "python3-numpy", "python3-pandas", "python3-matplotlib", "python3-pip",
-			"ca-certificates", "tzdata"},
+			"nodejs", "ca-certificates", "tzdata"},
 	}, true
 }

@@ -48,3 +48,67 @@ func benchDir(dir string) string {
 	}
 	return dir
 }
+
+// Languages other than Python: first result (new session → first main
+// result) and warm round trip, against each language's own one-shot peer
+// (node -e / bash -c / Rscript -e) in the same run:
+//
+//	go test ./internal/kernel -run - -bench 'Language|Peer' -benchtime 20x
+var langBench = []struct{ lang, setup, cell, peer, peerArg string }{
+	{"javascript", "let x = 40", "x + 2", "node", "-e"},
+	{"bash", "x=40", "echo $((x + 2))", "bash", "-c"},
+	{"r", "x <- 40", "x + 2", "Rscript", "-e"},
+}
+
+func BenchmarkLanguageFirstResult(b *testing.B) {
+	for _, l := range langBench {
+		b.Run(l.lang, func(b *testing.B) {
+			needInterpreter(b, l.lang)
+			dir := scriptDir(b)
+			for b.Loop() {
+				s := NewSession(Options{Python: testPython, ScriptDir: dir, Language: l.lang})
+				got := false
+				if _, err := s.Execute(context.Background(), Request{Code: l.cell}, func(e Event) {
+					got = got || e.Type == EventError || e.IsMainResult || e.Type == EventStdout
+				}); err != nil || !got {
+					b.Fatal(err, got)
+				}
+				s.Close()
+			}
+		})
+	}
+}
+
+func BenchmarkLanguageRoundTrip(b *testing.B) {
+	for _, l := range langBench {
+		b.Run(l.lang, func(b *testing.B) {
+			needInterpreter(b, l.lang)
+			s := newTestSession(b, func(o *Options) { o.Language = l.lang })
+			exec1(b, s, l.setup)
+			for b.Loop() {
+				if _, err := s.Execute(context.Background(), Request{Code: l.cell}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPeer(b *testing.B) {
+	for _, l := range langBench {
+		b.Run(l.peer, func(b *testing.B) {
+			if _, err := exec.LookPath(l.peer); err != nil {
+				b.Skip(err)
+			}
+			code := l.setup + "; " + l.cell
+			if l.lang == "javascript" {
+				code = l.setup + "; console.log(x + 2)"
+			}
+			for b.Loop() {
+				if err := exec.Command(l.peer, l.peerArg, code).Run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -64,6 +64,7 @@ class _State:
     loop = None  # asyncio loop for top-level await, created on demand
     cells = {}  # filename -> source, registered in linecache lazily
     ns = None
+    child = None  # _Child running the cells of a non-Python context
 
 
 _st = _State()
@@ -1301,6 +1302,344 @@ def get_ipython():
     return _shell
 
 
+# ---------------------------------------------------------------- other languages
+#
+# A context whose language is not Python still runs this kernel, which keeps
+# the framing, ordering, bounds and interrupt handling; the cells go to a
+# persistent interpreter child (bash, node) that shares fds 1 and 2, so its
+# output streams live and in order. Each child gets a private command pipe
+# and status pipe; stdin is /dev/null so a cell reading stdin can't eat the
+# commands. SIGINT reaches the child too (Go signals the kernel's process
+# group): bash returns from the cell, node interrupts the running script or
+# abandons the awaited promise; both then report the cell as done.
+
+_JS_DRIVER = r"""
+'use strict'
+const fs = require('fs'), repl = require('repl'), vm = require('vm'), util = require('util')
+const { PassThrough } = require('stream')
+const cmdFd = Number(process.env.CS_CMD_FD), stFd = Number(process.env.CS_ST_FD)
+delete process.env.CS_CMD_FD; delete process.env.CS_ST_FD
+const r = repl.start({ input: new PassThrough(), output: new PassThrough(), terminal: false, useGlobal: true, prompt: '' })
+let pending = null
+const settle = (v) => { if (pending) { const p = pending; pending = null; p(v) } }
+r._domain.removeAllListeners('error')
+r._domain.on('error', (e) => { if (pending) settle([e]); else process.stderr.write('Uncaught ' + util.inspect(e) + '\n') })
+process.on('uncaughtException', (e) => { if (pending) settle([e]); else process.stderr.write('Uncaught ' + util.inspect(e) + '\n') })
+process.on('unhandledRejection', (e) => { process.stderr.write('Unhandled rejection: ' + util.inspect(e) + '\n') })
+process.on('SIGINT', () => settle([Object.assign(new Error('interrupted'), { name: 'KeyboardInterrupt' })]))
+const send = (o) => fs.writeSync(stFd, JSON.stringify(o) + '\n')
+// Static imports become dynamic ones (a REPL-style cell is a script).
+let nmod = 0
+function imports(code) {
+  return code.replace(/^[ \t]*import\s+(?:([\w$]+)\s*,?\s*)?(?:(\*\s+as\s+[\w$]+)|(\{[^}]*\}))?\s*(?:from\s*)?(['"][^'"]+['"])\s*;?[ \t]*$/gm,
+    (m, def, star, named, src) => {
+      // var: a cell that imports again (re-run) must not fail on redeclaration.
+      const tmp = '__cs_mod' + (nmod++)
+      const out = ['var ' + tmp + ' = await import(' + src + ');']
+      if (def) out.push('var ' + def + ' = ' + tmp + '.default;')
+      if (star) out.push('var ' + star.replace(/^\*\s+as\s+/, '') + ' = ' + tmp + ';')
+      if (named) out.push('var ' + named.replace(/([\w$]+)\s+as\s+([\w$]+)/g, '$1: $2') + ' = ' + tmp + ';')
+      return out.join(' ')
+    })
+}
+function run(code) {
+  code = imports(code)
+  if (!/\bawait\b/.test(code)) {
+    try { return Promise.resolve([null, new vm.Script(code, { filename: 'cell' }).runInThisContext({ breakOnSigint: true })]) } catch (e) { return Promise.resolve([e]) }
+  }
+  return new Promise((res) => { pending = res; r.eval(code, r.context, 'cell', (err, v) => { if (pending === res) settle([err, v]) }) })
+}
+let buf = Buffer.alloc(0), busy = false
+const queue = []
+async function loop() {
+  if (busy) return
+  busy = true
+  while (queue.length) {
+    const msg = queue.shift()
+    const saved = {}
+    for (const [k, v] of Object.entries(msg.env || {})) { saved[k] = process.env[k]; process.env[k] = v }
+    const [err, val] = await run(msg.code)
+    for (const [k, v] of Object.entries(saved)) { if (v === undefined) delete process.env[k]; else process.env[k] = v }
+    if (err) {
+      const e = err instanceof Error ? err : new Error(util.inspect(err))
+      send({ id: msg.id, t: 'error', name: e.name || 'Error', value: e.message || String(err), tb: String(e.stack || e) })
+    } else if (val !== undefined) {
+      send({ id: msg.id, t: 'result', text: util.inspect(val) })
+    }
+    send({ id: msg.id, t: 'done' })
+  }
+  busy = false
+}
+fs.createReadStream(null, { fd: cmdFd }).on('data', (d) => {
+  buf = Buffer.concat([buf, d])
+  while (buf.length >= 4) {
+    const n = buf.readUInt32BE(0)
+    if (buf.length < 4 + n) break
+    queue.push(JSON.parse(buf.subarray(4, 4 + n).toString('utf8')))
+    buf = buf.subarray(4 + n)
+  }
+  loop()
+}).on('end', () => process.exit(0))
+"""
+
+
+_R_DRIVER = r"""
+local({
+  cmd <- file(paste0("/proc/self/fd/", Sys.getenv("CS_CMD_FD")), "r")
+  st <- file(paste0("/proc/self/fd/", Sys.getenv("CS_ST_FD")), "w")
+  Sys.unsetenv(c("CS_CMD_FD", "CS_ST_FD"))
+  hex <- function(s) {
+    b <- charToRaw(enc2utf8(paste(s, collapse = "\n")))
+    if (length(b) == 0) "-" else paste(as.character(b), collapse = "")
+  }
+  unhex <- function(h) {
+    if (h == "-" || nchar(h) == 0) return("")
+    rawToChar(as.raw(strtoi(substring(h, seq(1, nchar(h), 2), seq(2, nchar(h), 2)), 16L)))
+  }
+  send <- function(...) {
+    flush(stdout()); flush(stderr())
+    cat(paste(...), "\n", sep = "", file = st); flush(st)
+  }
+  repeat {
+    line <- readLines(cmd, n = 1)
+    if (length(line) == 0) quit(save = "no", status = 0)
+    f <- strsplit(line, " ", fixed = TRUE)[[1]]
+    id <- f[1]
+    saved <- list()
+    if (f[3] != "-") {
+      for (kv in readLines(f[3])) {
+        k <- sub("=.*", "", kv)
+        saved[k] <- list(Sys.getenv(k, unset = NA))
+        do.call(Sys.setenv, stats::setNames(list(unhex(sub("^[^=]*=", "", kv))), k))
+      }
+    }
+    tryCatch(withCallingHandlers({
+      exprs <- parse(file = f[2], keep.source = FALSE)
+      n <- length(exprs)
+      for (i in seq_len(n)) {
+        r <- withVisible(eval(exprs[[i]], envir = globalenv()))
+        if (r$visible) {
+          if (i == n) send(id, "result", hex(utils::capture.output(print(r$value))))
+          else print(r$value)
+        }
+      }
+    }, warning = function(w) {
+      message("Warning message:\n", conditionMessage(w))
+      invokeRestart("muffleWarning")
+    }), error = function(e) {
+      send(id, "error", hex(conditionMessage(e)), hex(deparse(conditionCall(e))))
+    }, interrupt = function(e) {
+      send(id, "interrupt")
+    })
+    for (k in names(saved)) {
+      if (is.na(saved[[k]])) Sys.unsetenv(k) else do.call(Sys.setenv, stats::setNames(list(saved[[k]]), k))
+    }
+    send(id, "done")
+  }
+})
+"""
+
+
+class _Child:
+    """A persistent interpreter for a non-Python context."""
+
+    def __init__(self, lang):
+        self.lang = lang
+        self.p = None
+        self.seq = 0
+        self.buf = b""
+        self.dir = None
+
+    def _start(self):
+        import subprocess
+        import tempfile
+
+        self.dir = tempfile.mkdtemp(prefix="cs-kernel-")
+        cmd_r, cmd_w = os.pipe()
+        st_r, st_w = os.pipe()
+        env = dict(os.environ)
+        env["CS_CMD_FD"], env["CS_ST_FD"] = str(cmd_r), str(st_w)
+        if self.lang == "bash":
+            argv = ["bash", "--norc", "--noprofile", "-c",
+                    "trap 'return 130 2>/dev/null' INT; while IFS= read -r -u %d line; do eval \"$line\"; done" % cmd_r]
+        elif self.lang == "r":
+            drv = os.path.join(self.dir, "driver.R")
+            with open(drv, "w") as f:
+                f.write(_R_DRIVER)
+            argv = ["Rscript", "--vanilla", drv]
+        else:
+            drv = os.path.join(self.dir, "driver.js")
+            with open(drv, "w") as f:
+                f.write(_JS_DRIVER)
+            argv = ["node"]
+            if self.lang == "typescript":
+                argv.append("--experimental-strip-types")
+            argv.append(drv)
+        _flush_streams()
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, st_w), env=env, cwd=os.getcwd())
+        os.close(cmd_r)
+        os.close(st_w)
+        self.cmd, self.st, self.stw = cmd_w, st_r, st_w  # stw: the fd number in the child
+        os.set_inheritable(cmd_w, False)
+        os.set_inheritable(st_r, False)
+        self.buf = b""
+
+    def _stop(self):
+        for fd in (getattr(self, "cmd", None), getattr(self, "st", None)):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.cmd = self.st = None
+        if self.p is not None:
+            try:
+                self.p.kill()
+            except OSError:
+                pass
+            self.p.wait()
+        self.p = None
+
+    def _line(self):
+        """The next status line; None when the child is gone. SIGINT does
+        not raise here (_st.crit): a KeyboardInterrupt landing between a read
+        and its use would lose the child's answer. Instead an interrupt gives
+        the child a second to report, after which it is ended (TimeoutError)."""
+        import select
+        import time
+
+        deadline = None
+        _st.crit = True
+        try:
+            while b"\n" not in self.buf:
+                if _st.pending:
+                    _st.pending = False
+                    if deadline is None:
+                        deadline = time.monotonic() + 1.0
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError
+                if not select.select([self.st], [], [], 0.1)[0]:
+                    continue
+                b = os.read(self.st, 1 << 16)
+                if not b:
+                    return None
+                self.buf += b
+        finally:
+            _st.crit = False
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line
+
+    def run(self, count, src, env):
+        """Run one cell; returns an exit code when the interpreter exited."""
+        if self.p is None or self.p.poll() is not None:
+            if self.p is not None:
+                _note("[kernel] the %s interpreter had exited; started a new one (its state is gone)" % self.lang)
+                self._stop()
+            self._start()
+        self.seq += 1
+        seq = self.seq
+        if self.lang == "bash":
+            path = os.path.join(self.dir, "cell")
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(src)
+                f.write("\n")
+            pre = "".join("%s=%s " % (k, _shq(v)) for k, v in env.items() if _bash_name(k))
+            cmd = "%ssource %s </dev/null; echo \"%d $?\" >&%d\n" % (pre, _shq(path), seq, self.stw)
+            data = cmd.encode("utf-8", "surrogateescape")
+        elif self.lang == "r":
+            path = os.path.join(self.dir, "cell.R")
+            with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(src)
+                f.write("\n")
+            envpath = "-"
+            if env:
+                envpath = os.path.join(self.dir, "env")
+                with open(envpath, "w", encoding="ascii") as f:
+                    for k, v in env.items():
+                        if _bash_name(k):
+                            f.write("%s=%s\n" % (k, v.encode("utf-8", "surrogateescape").hex() or "-"))
+            data = ("%d %s %s\n" % (seq, path, envpath)).encode("utf-8", "surrogateescape")
+        else:
+            import json
+
+            body = json.dumps({"id": seq, "code": src, "env": env}).encode("utf-8", "surrogateescape")
+            data = len(body).to_bytes(4, "big") + body
+        try:
+            _write_all(self.cmd, data)
+        except OSError:
+            pass
+        while True:
+            try:
+                line = self._line()
+            except TimeoutError:
+                self._stop()
+                _send({"t": "error", "name": "KeyboardInterrupt",
+                       "value": "the %s interpreter did not stop when interrupted; it was ended and its state is lost" % self.lang,
+                       "tb": "KeyboardInterrupt\n"})
+                return None
+            if line is None:
+                code = self.p.wait()
+                self._stop()
+                code = code if code >= 0 else 128 - code
+                _note("[kernel] the %s interpreter exited with status %d; the next cell starts a new one (this one's state is gone)" % (self.lang, code))
+                return code
+            if self.lang == "bash":
+                parts = line.split()
+                if len(parts) == 2 and parts[0] == str(seq).encode():
+                    rc = int(parts[1])
+                    if rc == 130:
+                        _send({"t": "error", "name": "KeyboardInterrupt", "value": "", "tb": "KeyboardInterrupt\n"})
+                    elif rc != 0:
+                        _send({"t": "error", "name": "BashError", "value": "exit status %d" % rc,
+                               "tb": "the cell's last command exited with status %d\n" % rc})
+                    return None
+                continue
+            if self.lang == "r":
+                parts = line.decode("ascii", "replace").split(" ")
+                if parts[0] != str(seq):
+                    continue
+                kind = parts[1] if len(parts) > 1 else ""
+
+                def unhex(h):
+                    return "" if h == "-" else bytes.fromhex(h).decode("utf-8", "replace")
+
+                if kind == "done":
+                    return None
+                if kind == "result" and len(parts) > 2:
+                    _publish({"text/plain": unhex(parts[2])}, {}, True)
+                elif kind == "error" and len(parts) > 3:
+                    msg, call = unhex(parts[2]), unhex(parts[3])
+                    where = "Error in %s : " % call if call and call != "NULL" else "Error: "
+                    _send({"t": "error", "name": "RError", "value": msg, "tb": where + msg + "\n"})
+                elif kind == "interrupt":
+                    _send({"t": "error", "name": "KeyboardInterrupt", "value": "", "tb": "KeyboardInterrupt\n"})
+                continue
+            import json
+
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue
+            if m.get("id") != seq:
+                continue
+            t = m.get("t")
+            if t == "done":
+                return None
+            if t == "result":
+                _publish({"text/plain": str(m.get("text", ""))}, {}, True)
+            elif t == "error":
+                _send({"t": "error", "name": str(m.get("name", "Error")), "value": str(m.get("value", "")),
+                       "tb": str(m.get("tb", ""))})
+
+
+def _shq(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def _bash_name(k):
+    return k.replace("_", "a").isalnum() and not k[:1].isdigit()
+
+
 # ---------------------------------------------------------------- cells
 
 
@@ -1467,11 +1806,18 @@ def _cmd_exec(fields):
         # back (SIGINT is ignored between cells) and is sent now.
         _send({"t": "start", "id": cid}, sync=False)
         try:
-            for i in range(0, len(env) - 1, 2):
-                k = env[i].decode("utf-8", "surrogateescape")
-                saved[k] = os.environ.get(k)
-                os.environ[k] = env[i + 1].decode("utf-8", "surrogateescape")
-            exit_code = _exec_cell(count, src)
+            if _st.child is not None:
+                # Only the cell sees these: not os.environ, which a child
+                # interpreter started by this cell would inherit for good.
+                envd = {env[i].decode("utf-8", "surrogateescape"): env[i + 1].decode("utf-8", "surrogateescape")
+                        for i in range(0, len(env) - 1, 2)}
+                exit_code = _st.child.run(count, src, envd)
+            else:
+                for i in range(0, len(env) - 1, 2):
+                    k = env[i].decode("utf-8", "surrogateescape")
+                    saved[k] = os.environ.get(k)
+                    os.environ[k] = env[i + 1].decode("utf-8", "surrogateescape")
+                exit_code = _exec_cell(count, src)
             try:
                 _flush_figures()
             except KeyboardInterrupt:
@@ -1589,6 +1935,9 @@ def _main():
     _st.token = hello[1]
     _st.max_event = int(hello[2])
     _st.max_frame = int(hello[3])
+    lang = hello[4].decode() if len(hello) > 4 else "python"
+    if lang != "python":
+        _st.child = _Child(lang)
     # The user's namespace is a fresh __main__ module, not the kernel's globals.
     mod = type(sys)("__main__")
     mod.__dict__["__builtins__"] = builtins

@@ -307,7 +307,7 @@ func startKernel(o *Options) (*kproc, error) {
 		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
 	}
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
-	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack))))
+	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language())))
 	go func() {
 		k.waitErr = cmd.Wait()
 		close(k.exited)

@@ -62,9 +62,20 @@ type Options struct {
 	// SysProcAttr is copied for the kernel process (e.g. Credential);
 	// Setpgid is always forced on, and on Linux Pdeathsig defaults to SIGKILL.
 	SysProcAttr *syscall.SysProcAttr
+	// Language of the cells: "" or "python" (run by kernel.py itself),
+	// "bash", "javascript" or "typescript" (run by a persistent bash or node
+	// that kernel.py drives; see Languages for what this machine has).
+	Language string
 	// ScriptDir is where kernel.py is written so Python can cache its
 	// bytecode; "" = the user cache dir. If unusable, the source goes in -c.
 	ScriptDir string
+}
+
+func (o *Options) language() string {
+	if o.Language == "" {
+		return "python"
+	}
+	return o.Language
 }
 
 func (o *Options) env() []string {

@@ -1,0 +1,83 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrLanguageUnavailable: the language has no kernel here, or its
+// interpreter is not installed; the message says which and what to do.
+var ErrLanguageUnavailable = errors.New("kernel: language unavailable")
+
+// Languages our kernel runs. Python cells run in kernel.py itself; the others
+// in a persistent interpreter kernel.py drives (state between runs, live
+// output, errors, interrupt by SIGINT).
+var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript"}
+
+var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
+
+// CheckLanguage reports whether a context of language can start here: its
+// interpreter is in the PATH of env (nil = the process's) and, for
+// TypeScript, node can strip types (22.6 or later). The error wraps
+// ErrLanguageUnavailable and says what is missing.
+func CheckLanguage(ctx context.Context, language string, env []string) error {
+	prog, ok := interpreters[language]
+	if !ok {
+		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript, bash and r do)", ErrLanguageUnavailable, language)
+	}
+	if prog == "" {
+		return nil
+	}
+	path, err := lookPathEnv(prog, env)
+	if err != nil {
+		return fmt.Errorf("%w: %s needs %s, which is not installed in this sandbox (%v)", ErrLanguageUnavailable, language, prog, err)
+	}
+	if language != "typescript" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return fmt.Errorf("%w: typescript: %s --version: %v", ErrLanguageUnavailable, path, err)
+	}
+	v := strings.TrimSpace(string(out))
+	m := nodeVersion.FindStringSubmatch(v)
+	if m == nil {
+		return fmt.Errorf("%w: typescript: unrecognised node version %q", ErrLanguageUnavailable, v)
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	if major < 22 || major == 22 && minor < 6 {
+		return fmt.Errorf("%w: typescript needs node 22.6 or later (it runs .ts by stripping types); this sandbox has node %s", ErrLanguageUnavailable, v)
+	}
+	return nil
+}
+
+func lookPathEnv(prog string, env []string) (string, error) {
+	pathVar := ""
+	found := false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar, found = v, true
+		}
+	}
+	if env == nil || !found {
+		return exec.LookPath(prog)
+	}
+	for _, dir := range strings.Split(pathVar, ":") {
+		if dir == "" {
+			continue
+		}
+		if p, err := exec.LookPath(dir + "/" + prog); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s is not in PATH %s", prog, pathVar)
+}
