@@ -155,6 +155,9 @@ func TestLifecycleCommands(t *testing.T) {
 	if out, _, _ := cli(t, "", "list", "--json"); strings.Contains(out, id) {
 		t.Errorf("deleted sandbox still listed: %q", out)
 	}
+	if out, errs, code := cli(t, "", "sweep"); code != 0 || !strings.Contains(out, "removed 0 dead sandboxes") {
+		t.Errorf("sweep: %d %q %q", code, out, errs)
+	}
 }
 
 func TestREPL(t *testing.T) {

@@ -429,7 +429,7 @@ func (Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]d
 			sel[lk] = v
 		}
 	}
-	pods, err := c.ourPods(ctx, sel, false)
+	pods, err := c.ourPods(ctx, sel, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -447,6 +447,16 @@ func (Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]d
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
+}
+
+// Sweep implements driver.Sweeper: it deletes the dead pods (and their
+// Secrets and NetworkPolicies) in the background and returns their number.
+func (Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
+	c, err := connect(spec.Kubernetes)
+	if err != nil {
+		return 0, err
+	}
+	return c.sweep(ctx), nil
 }
 
 // Kill implements driver.Variant.

@@ -90,6 +90,8 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
+	// What dead sandboxes left goes now, not when someone lists.
+	_, _ = sweep(rt)
 	id := newSandboxID()
 	dir := filepath.Join(rt, id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -387,8 +389,9 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	return inst, nil
 }
 
-// List implements driver.Variant; it also cleans up after sandboxes whose
-// supervisor died.
+// List implements driver.Variant. It only reads: a sandbox whose
+// supervisor died is left out, and left for Sweep (which Create and Kill
+// run) to clean up.
 func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
 	rt := runtimeDir(spec.Local.RuntimeDir)
 	ents, err := os.ReadDir(rt)
@@ -403,18 +406,8 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 		if !e.IsDir() {
 			continue
 		}
-		dir := filepath.Join(rt, e.Name())
-		r, err := readRecord(dir)
-		if err != nil {
-			// A directory without a record for more than a minute is debris
-			// from a create that died; younger ones may be starting.
-			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > time.Minute {
-				_ = os.RemoveAll(dir)
-			}
-			continue
-		}
-		if !r.alive() {
-			cleanupStale(dir, r)
+		r, err := readRecord(filepath.Join(rt, e.Name()))
+		if err != nil || !r.alive() {
 			continue
 		}
 		if i := infoOf(r); f.Match(i) {
@@ -424,9 +417,50 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 	return out, nil
 }
 
-// Kill implements driver.Variant.
+// Sweep implements driver.Sweeper: it ends what a dead supervisor left (an
+// agent that somehow survived, cgroups, the directory) and removes
+// directories without a record older than a minute (debris of a Create
+// that died; younger ones may be starting).
+func (v Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
+	return sweep(runtimeDir(spec.Local.RuntimeDir))
+}
+
+func sweep(rt string) (int, error) {
+	ents, err := os.ReadDir(rt)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(rt, e.Name())
+		r, err := readRecord(dir)
+		if err != nil {
+			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > time.Minute {
+				_ = os.RemoveAll(dir)
+				n++
+			}
+			continue
+		}
+		if !r.alive() {
+			cleanupStale(dir, r)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Kill implements driver.Variant; it sweeps the dead too.
 func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
-	return killByDir(ctx, filepath.Join(runtimeDir(spec.Local.RuntimeDir), filepath.Base(id)))
+	rt := runtimeDir(spec.Local.RuntimeDir)
+	err := killByDir(ctx, filepath.Join(rt, filepath.Base(id)))
+	_, _ = sweep(rt)
+	return err
 }
 
 // installPackages pip-installs spec.Packages into the sandbox user's site
