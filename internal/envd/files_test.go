@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 func filesURL(base string, q ...string) string {
@@ -190,7 +192,7 @@ func TestUploadOctetStreamGzipAndMetadata(t *testing.T) {
 	mp := filepath.Join(dir, "meta.txt")
 	resp, b = post(t, filesURL(env.url, "path", mp), "application/octet-stream", strings.NewReader("m"), "X-Metadata-Owner-Team", "ai")
 	if resp.StatusCode == 400 && strings.Contains(string(b), "not supported") {
-		t.Skip("no user xattrs on this filesystem")
+		testdep.Require(t, false, "user xattrs on the test's filesystem")
 	}
 	var ur uploadResp
 	if resp.StatusCode != 200 || json.Unmarshal(b, &ur) != nil || ur[0].Metadata["owner-team"] != "ai" {
