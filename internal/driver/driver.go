@@ -77,6 +77,7 @@ type KubernetesSpec struct {
 	Kubeconfig, Context, Namespace string
 	Image, ImagePullPolicy         string
 	RuntimeClassName               string
+	UserNamespaces                 bool
 	NodeSelector                   map[string]string
 	Tolerations                    []Toleration
 	NetworkPolicyEnforced          bool

@@ -159,7 +159,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 			return nil, fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
 		}
 	}
-	p := &plan{pullPolicy: pp, runtimeClass: k.RuntimeClassName, nodeSelector: k.NodeSelector, tolerations: tol,
+	p := &plan{pullPolicy: pp, runtimeClass: k.RuntimeClassName, userns: k.UserNamespaces, nodeSelector: k.NodeSelector, tolerations: tol,
 		memory: spec.Memory(), cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0}
 	if p.workdir == "" {
 		p.workdir = "/home/user"
