@@ -97,6 +97,13 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
+	var hostUID int
+	if os.Geteuid() == 0 {
+		if hostUID, err = allocHostUID(rt, dir); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	workdir := spec.WorkingDir
 	if workdir == "" {
 		workdir = "/home/user"
@@ -104,7 +111,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: newToken(), Network: spec.Network, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
-		Environment: senv.Name, BuildID: senv.BuildID}
+		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
 	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: spec.Local.Python,
