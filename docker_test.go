@@ -341,10 +341,14 @@ func TestDockerSweep(t *testing.T) {
 			t.Errorf("expired sandbox still listed: %+v", i)
 		}
 	}
+	// List only reads; Sweep removes.
+	if _, err := sandboxes.Sweep(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	waitGone(t, c, wedged.ID(), dir, 10*time.Second)
 
 	// A sandbox whose lifetime ends: its agent exits, the engine removes the
-	// container (AutoRemove), and the next List removes its directory.
+	// container (AutoRemove), and the next Sweep removes its directory.
 	short := newDocker(t, func(c *sandboxes.Config) { c.MaxLifetime = 2 * time.Second })
 	ct, ok = containerOf(t, c, short.ID())
 	if !ok {
@@ -361,7 +365,7 @@ func TestDockerSweep(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); err != nil {
+	if _, err := sandboxes.Sweep(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	// The directory of a container that ended goes at once when its

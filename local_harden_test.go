@@ -2,17 +2,22 @@ package sandboxes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // unprivEnv marks the re-run of this test binary as an ordinary user.
@@ -112,7 +117,7 @@ func failsClosed(t *testing.T, rt string) {
 	cfg.Memory, cfg.Pids = sandboxes.Unlimited, sandboxes.Unlimited
 	sb, err := sandboxes.Create(ctx, cfg)
 	if errors.Is(err, sandboxes.ErrNotSupported) {
-		t.Skipf("no unprivileged sandboxes here: %v", err)
+		testdep.Require(t, false, "unprivileged sandboxes: "+err.Error())
 	}
 	if err != nil {
 		t.Fatalf("Unlimited asked for explicitly: %v", err)
@@ -123,4 +128,63 @@ func failsClosed(t *testing.T, rt string) {
 		t.Fatalf("RunCode: %v %+v", err, ex)
 	}
 	t.Logf("RESULT Unlimited: runs")
+}
+
+// hostUIDOf returns the host uid the sandbox's processes run as (from its
+// agent's /proc status, via the record).
+func hostUIDOf(t *testing.T, sb *sandboxes.Sandbox) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(runtimeDir(t), sb.ID(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		AgentPid int `json:"agent_pid"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", rec.AgentPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(st)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Uid:" {
+			uid, _ := strconv.Atoi(f[1])
+			return uid
+		}
+	}
+	t.Fatalf("no Uid line:\n%s", st)
+	return 0
+}
+
+// TestLocalHostUIDPerSandbox: as root every sandbox maps to a host uid of
+// its own (they all were 101000), outside /etc/subuid's usual ranges, and
+// a sandbox's uid is free again once it ended.
+func TestLocalHostUIDPerSandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("as an ordinary user every sandbox maps to the caller's own uid")
+	}
+	a, b := newLocal(t, nil), newLocal(t, nil)
+	ua, ub := hostUIDOf(t, a), hostUIDOf(t, b)
+	if ua == ub || ua < 0x70000000 || ub < 0x70000000 {
+		t.Fatalf("host uids %d and %d: want two distinct ones of the sandboxes' own range", ua, ub)
+	}
+	// Inside, both are uid 1000.
+	for _, sb := range []*sandboxes.Sandbox{a, b} {
+		if ex := runOut(t, sb, "import os; print(os.getuid(), os.getgid())"); ex.Stdout() != "1000 100\n" {
+			t.Fatalf("inside: %q", ex.Stdout())
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := newLocal(t, nil)
+	if uc := hostUIDOf(t, c); uc == ub {
+		t.Fatalf("two live sandboxes share host uid %d", uc)
+	}
+	t.Logf("host uids: %d, %d, then %d", ua, ub, hostUIDOf(t, c))
 }

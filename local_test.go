@@ -319,7 +319,8 @@ func TestInvalidConfig(t *testing.T) {
 }
 
 // TestLocalStaleRecordCleaned kills a sandbox's supervisor with SIGKILL: the
-// next List must end the orphaned agent and remove every trace of it.
+// next List leaves it out and touches nothing (a read has no side effects);
+// Sweep ends the orphaned agent and removes every trace of it.
 func TestLocalStaleRecordCleaned(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
@@ -350,6 +351,16 @@ func TestLocalStaleRecordCleaned(t *testing.T) {
 		if i.ID == sb.ID() {
 			t.Fatalf("a sandbox whose supervisor died is still listed")
 		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("List removed the dead sandbox's directory (a read with side effects): %v", err)
+	}
+	if syscall.Kill(rec.AgentPid, 0) != nil {
+		t.Fatalf("List killed the orphaned agent (a read with side effects)")
+	}
+	n, err := sandboxes.Sweep(context.Background(), localConfig(t))
+	if err != nil || n < 1 {
+		t.Fatalf("Sweep: %d %v", n, err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("its directory is still there: %v", err)

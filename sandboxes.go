@@ -404,6 +404,23 @@ func Kill(ctx context.Context, cfg Config, idOrName string, opts ListOptions) ([
 	return killed, nil
 }
 
+// Sweep removes what dead sandboxes of cfg's variant left behind
+// (processes, cgroups, records, containers, pods) and returns how many it
+// removed. List never cleans up (a read has no side effects); Create and
+// Kill sweep as they go, so Sweep is for a host that wants it done now.
+// ErrNotSupported on a variant with nothing to sweep (e2b).
+func Sweep(ctx context.Context, cfg Config) (int, error) {
+	v, spec, err := cfg.variant()
+	if err != nil {
+		return 0, err
+	}
+	s, ok := v.(driver.Sweeper)
+	if !ok {
+		return 0, fmt.Errorf("%w: variant %s has nothing to sweep", ErrNotSupported, v.Name())
+	}
+	return s.Sweep(ctx, spec)
+}
+
 // ListEnvironments lists the environments of cfg's variant.
 func ListEnvironments(ctx context.Context, cfg Config) ([]Environment, error) {
 	v, spec, err := cfg.variant()

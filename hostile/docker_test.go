@@ -225,11 +225,11 @@ func (d *dockerSandboxes) waitGone(t *testing.T, id string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := sandboxes.List(ctx, d.cfg, sandboxes.ListOptions{}); err != nil {
-		t.Fatalf("List (the sweep): %v", err)
+	if _, err := sandboxes.Sweep(ctx, d.cfg); err != nil {
+		t.Fatalf("Sweep: %v", err)
 	}
 	if err := waitFor(10*time.Second, func() error { return d.dirErr(id) }); err != nil {
-		t.Fatalf("sandbox %s: its container is gone but after a sweep (List) %v", id, err)
+		t.Fatalf("sandbox %s: its container is gone but after a Sweep %v", id, err)
 	}
 	t.Logf("sandbox %s: container removed by the engine; its directory by the next sweep (List)", id)
 }

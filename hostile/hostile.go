@@ -239,6 +239,7 @@ func Run(t *testing.T, cfg sandboxes.Config, o Options) {
 		{"InodeFlood", c.inodeFlood},
 		{"DefaultMemory", c.defaultMemory},
 		{"NonRegularFiles", c.nonRegularFiles},
+		{"ForgedEndWithRealToken", c.forgedEndRealToken},
 	} {
 		t.Run(tc.name, func(t *testing.T) { skip(t); tc.f(t) })
 	}
@@ -939,8 +940,14 @@ for d in ('/tmp', '/home/user', '/files', '/dev/shm'):
 			continue
 		}
 		mib, _ := strconv.Atoi(f[1])
-		if f[2] == "none" || mib > 1100 {
-			t.Errorf("10 GiB into %s: wrote %d MiB, error %s", f[0], mib, f[2])
+		// Each mount's size: /dev/shm 64 MiB, the others at most 1 GiB
+		// (less under a memory limit); the write ends in ENOSPC or EFBIG.
+		limit := 1024
+		if f[0] == "/dev/shm" {
+			limit = 64
+		}
+		if (f[2] != "ENOSPC" && f[2] != "EFBIG") || mib > limit {
+			t.Errorf("10 GiB into %s: wrote %d MiB (its size is at most %d MiB), error %s", f[0], mib, limit, f[2])
 		}
 		parts = append(parts, fmt.Sprintf("%s stopped at %d MiB (%s, %ss)", f[0], mib, f[2], f[3]))
 	}
@@ -963,19 +970,32 @@ func (c *suite) memory(t *testing.T) {
 		t.Fatal("memory bomb not stopped")
 	}
 	// tmpfs pages count against the memory limit too: filling /tmp (512
-	// MiB) under a 256 MiB limit must not get past the limit.
+	// MiB by default) under a 256 MiB limit must not get past the limit.
+	// /tmp is sized at half the limit (128 MiB) so the fill ends in ENOSPC;
+	// were it bigger, the memory limit would end the kernel instead.
 	ex2 := py(t, sb, `import os
 n = 0
 try:
-    with open('/dev/shm/m', 'wb') as f:
-        while True:
+    with open('/tmp/m', 'wb') as f:
+        while n < 1024:
             f.write(b'\0' * (8 << 20)); n += 8
+    print(n, 'none')
 except OSError as e:
-    print(n, type(e).__name__)
-os.remove('/dev/shm/m')`, sandboxes.WithTimeout(time.Minute))
+    print(n, __import__('errno').errorcode.get(e.errno, str(e.errno)))
+os.remove('/tmp/m')`, sandboxes.WithTimeout(time.Minute))
 	how := out(ex2)
-	if ex2.Error != nil {
-		how = ex2.Error.Name
+	var filled int
+	var ferr string
+	fmt.Sscan(how, &filled, &ferr)
+	switch {
+	case ex2.Error != nil && ex2.Error.Name == "KernelDied":
+		how = "the kernel was killed (KernelDied)"
+	case ex2.Error != nil:
+		t.Errorf("tmpfs fill under a 256 MiB limit: %s: %s", ex2.Error.Name, ex2.Error.Value)
+	case filled > 256 || ferr == "none" || ferr == "":
+		t.Errorf("tmpfs fill under a 256 MiB limit: wrote %d MiB into /tmp (%q)", filled, how)
+	default:
+		how = fmt.Sprintf("/tmp stopped at %d MiB (%s)", filled, ferr)
 	}
 	alive(t, sb, "a memory bomb")
 	record(t, "256 MiB limit: bomb ended as %s (%s) after %s; tmpfs fill under the limit: %s; sandbox answers", ex.Error.Name, firstLine(ex.Error.Value), d.Round(time.Millisecond), how)
@@ -1362,4 +1382,56 @@ print('planted')`)
 	}
 	alive(t, sb, "reading non-regular files")
 	record(t, "%s (%s)", strings.Join(parts, ", "), "not a regular file")
+}
+
+// forgedEndRealToken: user code runs in the kernel's process, so it can
+// reach the kernel's own protocol (its token, its event fd, its send
+// function) and forge anything about its own execution: a result, an
+// early end. What it must not do is reach past it: the real rest of the
+// cell (printed after the forged end) must not show up in the next
+// execution, and another context must be unaffected. SECURITY.md says so.
+func (c *suite) forgedEndRealToken(t *testing.T) {
+	sb := c.create(t, nil)
+	other, err := sb.CreateContext(ctxT(t, time.Minute), sandboxes.ContextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := py(t, sb, "kept = 'other-state'", sandboxes.InContext(other)); ex.Error != nil {
+		t.Fatal(ex.Error.Value)
+	}
+	ex := py(t, sb, `import sys, time
+f = sys._getframe()
+while f is not None and f.f_code.co_name != '_cmd_exec':
+    f = f.f_back
+cid, send, st = f.f_locals['cid'], f.f_globals['_send'], f.f_globals['_st']
+print('token-len', len(st.token), flush=True)
+send({"t": "display", "main": True, "data": {"text/plain": "'forged-result'"}, "md": {}})
+send({"t": "done", "id": cid, "exit": 0})
+time.sleep(0.5)
+print('after-forged-done', flush=True)
+'real-result'`)
+	first := fmt.Sprintf("stdout %q, result %q, error %v", ex.Stdout(), ex.Text(), ex.Error)
+	if !strings.Contains(ex.Stdout(), "token-len") {
+		t.Fatalf("the probe did not reach the kernel's protocol: %s", first)
+	}
+	time.Sleep(time.Second)
+	next, err := sb.RunCode(ctxT(t, time.Minute), "print('next')")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(next.Stdout(), "after-forged-done") || strings.Contains(next.Text(), "real-result") {
+		t.Fatalf("the forged end moved the rest of a cell into the next execution: %q %q", next.Stdout(), next.Text())
+	}
+	nextWhat := "clean"
+	if next.Error != nil {
+		nextWhat = next.Error.Name
+	} else if next.Stdout() != "next\n" {
+		t.Fatalf("next execution: %q", next.Stdout())
+	}
+	o := py(t, sb, "print(kept)", sandboxes.InContext(other))
+	if out(o) != "other-state" {
+		t.Fatalf("the other context was affected: %q %v", o.Stdout(), o.Error)
+	}
+	alive(t, sb, "a forged end with the real token")
+	record(t, "forged with the kernel's real token: the execution saw %s; the next execution: %s; another context unaffected", first, nextWhat)
 }

@@ -11,13 +11,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // Options tune the suite to what a variant's sandbox image has.
@@ -29,13 +30,7 @@ type Options struct {
 // Require fails (with CI=true) or skips a test whose dependency is missing.
 func Require(t testing.TB, ok bool, why string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing dependency (CI=true, so this fails instead of skipping): %s", why)
-	}
-	t.Skip(why)
+	testdep.Require(t, ok, why)
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 var bin, runtime string
@@ -101,12 +103,7 @@ func TestExecFigure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
-	if exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("matplotlib missing (make deps)")
-		}
-		t.Skip("matplotlib missing")
-	}
+	testdep.Require(t, exec.Command("/usr/bin/python3", "-c", "import matplotlib").Run() == nil, "matplotlib (make deps)")
 	dir := t.TempDir()
 	out, errs, code := cli(t, "", "exec", "--figures-dir", dir, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
 	if code != 0 || !strings.Contains(out, "figure saved:") {
@@ -155,6 +152,9 @@ func TestLifecycleCommands(t *testing.T) {
 	if out, _, _ := cli(t, "", "list", "--json"); strings.Contains(out, id) {
 		t.Errorf("deleted sandbox still listed: %q", out)
 	}
+	if out, errs, code := cli(t, "", "sweep"); code != 0 || !strings.Contains(out, "removed 0 dead sandboxes") {
+		t.Errorf("sweep: %d %q %q", code, out, errs)
+	}
 }
 
 func TestREPL(t *testing.T) {
@@ -193,9 +193,7 @@ func TestUnprivileged(t *testing.T) {
 		return
 	}
 	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv")
-	}
+	testdep.Require(t, err == nil, "setpriv (util-linux)")
 	dir, err := os.MkdirTemp("", "cs-nobody-")
 	if err != nil {
 		t.Fatal(err)

@@ -175,7 +175,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), environmentsCmd(), versionCmd(), serveCmd(), interpretCmd(), mcpCmd())
+	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd(), serveCmd(), interpretCmd(), mcpCmd())
 	return root
 }
 
@@ -573,6 +573,29 @@ func getCmd() *cobra.Command {
 	}
 	c.flags(cmd, false)
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func sweepCmd() *cobra.Command {
+	var c common
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "Remove what dead sandboxes left behind (list never cleans up; create and delete sweep as they go)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := c.config()
+			if err != nil {
+				return err
+			}
+			n, err := sandboxes.Sweep(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %d dead sandboxes\n", n)
+			return nil
+		},
+	}
+	c.flags(cmd, false)
 	return cmd
 }
 

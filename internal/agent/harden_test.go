@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,5 +27,25 @@ func TestHugeTimeouts(t *testing.T) {
 		if err := a.c.Health(ctx(t)); err != nil {
 			t.Fatalf("after a timeout of %s seconds the agent is gone: %v", secs, err)
 		}
+	}
+}
+
+// TestSandboxAgentSeccomp: as a sandbox's init (--sandbox, how the
+// kubernetes variant runs it) the agent installs the local variant's
+// seccomp filter on itself before serving, so user code it starts runs
+// under it whatever the pod's runtime profile allows.
+func TestSandboxAgentSeccomp(t *testing.T) {
+	a := startAgent(t, "tok-en", "--sandbox")
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(a.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(st), "Seccomp:\t2") || !strings.Contains(string(st), "NoNewPrivs:\t1") {
+		t.Fatalf("the sandbox agent runs without the seccomp filter:\n%s", st)
+	}
+	ex := a.raw
+	code, body, _ := ex(t, "POST", "/execute", `{"code": "import socket\ntry:\n    socket.socket(40, socket.SOCK_STREAM); print('vsock ALLOWED')\nexcept OSError as e:\n    print('vsock refused', e.errno)"}`, nil)
+	if code != 200 || !strings.Contains(body, "vsock refused") {
+		t.Fatalf("user code under the agent: %d %s", code, body)
 	}
 }

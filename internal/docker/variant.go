@@ -238,7 +238,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, err
 	}
 	if cs, err := eng.ours(ctx, ""); err == nil {
-		eng.sweep(ctx, rt, cs)
+		eng.sweep(ctx, rt, cs, true)
 	}
 	st, err := environment.Open(spec.EnvironmentDir)
 	if err != nil {
@@ -598,7 +598,8 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 		return nil, err
 	}
 	var out []driver.Info
-	for _, c := range eng.sweep(ctx, runtimeDir(), cs) {
+	alive, _ := eng.sweep(ctx, runtimeDir(), cs, false)
+	for _, c := range alive {
 		r, _ := readRecord(runDirOf(c.Mounts))
 		if i := infoOf(c.Labels, string(c.State), time.Unix(c.Created, 0), r); f.Match(i) {
 			out = append(out, i)
@@ -606,6 +607,21 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
+}
+
+// Sweep implements driver.Sweeper.
+func (v Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
+	eng, err := connect(ctx, spec)
+	if err != nil {
+		return 0, err
+	}
+	defer eng.Close()
+	cs, err := eng.ours(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	_, n := eng.sweep(ctx, runtimeDir(), cs, true)
+	return n, nil
 }
 
 // Kill implements driver.Variant.
@@ -672,12 +688,12 @@ func infoOf(labels map[string]string, state string, created time.Time, r *record
 
 // sweep removes containers past their end (plus grace) or no longer
 // running, and sandbox directories in rt whose container is gone; it
-// returns the running, unexpired containers. The agents end themselves at
+// returns the running, unexpired containers. With remove false it only
+// sorts (List: a read has no side effects); n counts the dead removed. The agents end themselves at
 // their lifetime; this is the backstop for a wedged agent, an engine that
 // missed an AutoRemove, or a host that crashed.
-func (e *engine) sweep(ctx context.Context, rt string, cs []container.Summary) []container.Summary {
+func (e *engine) sweep(ctx context.Context, rt string, cs []container.Summary, remove bool) (alive []container.Summary, n int) {
 	now := time.Now()
-	var alive []container.Summary
 	known := map[string]bool{}
 	for _, c := range cs {
 		id := c.Labels[labelID]
@@ -692,10 +708,17 @@ func (e *engine) sweep(ctx context.Context, rt string, cs []container.Summary) [
 		case c.State == container.StateRemoving, c.State == container.StateCreated && young:
 			// Going away on its own, or being created right now.
 		default:
+			if !remove {
+				continue
+			}
 			if err := e.removeContainer(ctx, c.ID); err == nil {
 				_ = removeSandboxDir(dir, id)
+				n++
 			}
 		}
+	}
+	if !remove {
+		return alive, 0
 	}
 	ents, _ := os.ReadDir(rt)
 	for _, ent := range ents {
@@ -713,7 +736,8 @@ func (e *engine) sweep(ctx context.Context, rt string, cs []container.Summary) [
 		ended := err == nil && !r.EndAt.IsZero() && now.After(r.EndAt)
 		if st, err := os.Stat(dir); err == nil && (ended || now.Sub(st.ModTime()) > createGrace) {
 			_ = removeSandboxDir(dir, id)
+			n++
 		}
 	}
-	return alive
+	return alive, n
 }

@@ -178,6 +178,14 @@ type NetworkUpdater interface {
 	UpdateNetwork(ctx context.Context, network string, allowedHosts []string, allowPrivate bool) error
 }
 
+// Sweeper is a Variant that can remove what dead sandboxes left behind
+// (processes, cgroups, records, containers, pods). List never does: a read
+// has no side effects; Create and Kill sweep as they go, and Sweep does it
+// on demand. It returns how many dead sandboxes it removed.
+type Sweeper interface {
+	Sweep(ctx context.Context, spec Spec) (int, error)
+}
+
 // Variant launches and finds sandboxes.
 type Variant interface {
 	Name() string

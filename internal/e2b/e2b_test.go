@@ -16,6 +16,8 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // TestMain: the test binary is also the sandboxes' agent and supervisor
@@ -33,10 +35,7 @@ const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 func e2bServer(t *testing.T) string {
 	t.Helper()
 	if err := isolate.CheckSupport(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("local sandboxes are not supported here: %v", err)
-		}
-		t.Skipf("local sandboxes are not supported here: %v", err)
+		testdep.Require(t, false, "local sandboxes: "+err.Error())
 	}
 	rt, err := os.MkdirTemp("", "cs-e2bv-")
 	if err != nil {
@@ -85,7 +84,7 @@ func TestConformanceAgainstOurServer(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	url := e2bServer(t)
-	sandboxestest.Run(t, serverConfig(url), sandboxestest.Options{Rich: hasRich()})
+	sandboxestest.Run(t, serverConfig(url), sandboxestest.Options{Rich: testdep.Want(t, hasRich(), "Debian's python3-numpy, python3-matplotlib and python3-pandas (make deps): the rich-output checks")})
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 func filesURL(base string, q ...string) string {
@@ -194,7 +195,7 @@ func TestUploadOctetStreamGzipAndMetadata(t *testing.T) {
 	mp := filepath.Join(dir, "meta.txt")
 	resp, b = post(t, filesURL(env.url, "path", mp), "application/octet-stream", strings.NewReader("m"), "X-Metadata-Owner-Team", "ai")
 	if resp.StatusCode == 400 && strings.Contains(string(b), "not supported") {
-		t.Skip("no user xattrs on this filesystem")
+		testdep.Require(t, false, "user xattrs on the test's filesystem")
 	}
 	var ur uploadResp
 	if resp.StatusCode != 200 || json.Unmarshal(b, &ur) != nil || ur[0].Metadata["owner-team"] != "ai" {

@@ -251,9 +251,12 @@ func privateNS(argv ...string) []string {
 // resolver (apt and pip need the network), in private namespaces.
 func (b *builder) inRoot(ctx context.Context, env []string, argv ...string) error {
 	for _, d := range []string{"proc", "dev", "etc"} {
-		if err := os.MkdirAll(filepath.Join(b.rootfs, d), 0o755); err != nil {
+		// Inside the rootfs even if the image made them symlinks.
+		f, err := rootfsDir(b.rootfs, d)
+		if err != nil {
 			return err
 		}
+		f.Close()
 	}
 	restore, err := b.withResolver()
 	if err != nil {
@@ -276,30 +279,46 @@ func (b *builder) withResolver() (func(), error) {
 	if err != nil {
 		return func() {}, nil // no resolver on the host: loopback indexes still work
 	}
-	p := filepath.Join(b.rootfs, "etc", "resolv.conf")
-	old, lerr := os.Lstat(p)
+	// Every access resolves inside the rootfs: its etc may be a symlink
+	// to a host directory (etc -> /root).
+	const rel = "etc/resolv.conf"
+	etc, err := rootfsDir(b.rootfs, "etc")
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	lerr := unix.Fstatat(int(etc.Fd()), "resolv.conf", &st, unix.AT_SYMLINK_NOFOLLOW)
 	var oldLink string
 	var oldData []byte
 	switch {
 	case lerr != nil:
-	case old.Mode()&fs.ModeSymlink != 0:
-		oldLink, _ = os.Readlink(p)
-	case old.Mode().IsRegular():
-		oldData, _ = os.ReadFile(p)
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		buf := make([]byte, 4096)
+		if n, err := unix.Readlinkat(int(etc.Fd()), "resolv.conf", buf); err == nil && n < len(buf) {
+			oldLink = string(buf[:n])
+		}
+	case st.Mode&unix.S_IFMT == unix.S_IFREG:
+		if fd, err := unix.Openat(int(etc.Fd()), "resolv.conf", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+			f := os.NewFile(uintptr(fd), rel)
+			oldData, _ = io.ReadAll(io.LimitReader(f, 1<<20))
+			f.Close()
+		}
 	default:
+		etc.Close()
 		return nil, fmt.Errorf("the rootfs's /etc/resolv.conf is not a file")
 	}
-	_ = os.Remove(p)
-	if err := os.WriteFile(p, host, 0o644); err != nil {
+	etc.Close()
+	oldMode := os.FileMode(st.Mode & 0o7777)
+	if err := writeInRootfs(b.rootfs, rel, host, 0o644); err != nil {
 		return nil, err
 	}
 	return func() {
-		_ = os.Remove(p)
+		_ = removeInRootfs(b.rootfs, rel)
 		switch {
 		case oldLink != "":
-			_ = os.Symlink(oldLink, p)
+			_ = symlinkInRootfs(b.rootfs, rel, oldLink)
 		case oldData != nil:
-			_ = os.WriteFile(p, oldData, old.Mode().Perm())
+			_ = writeInRootfs(b.rootfs, rel, oldData, oldMode)
 		}
 	}, nil
 }
@@ -418,11 +437,11 @@ func (b *builder) pipInstall(ctx context.Context) error {
 	if _, err := os.Stat(filepath.Join(b.rootfs, "usr/bin/python3")); err != nil {
 		return errors.New("the pip lock needs python3 in the rootfs: add python3 and python3-pip to apt")
 	}
-	lockPath := filepath.Join(b.rootfs, "tmp", ".code-sandboxes-lock.txt")
-	if err := os.WriteFile(lockPath, b.in.Lock, 0o644); err != nil {
+	const lockRel = "tmp/.code-sandboxes-lock.txt"
+	if err := writeInRootfs(b.rootfs, lockRel, b.in.Lock, 0o644); err != nil {
 		return err
 	}
-	defer os.Remove(lockPath)
+	defer removeInRootfs(b.rootfs, lockRel)
 	if err := b.inRoot(ctx, nil, "python3", "-m", "pip", "--version"); err != nil {
 		return errors.New("the pip lock needs pip in the rootfs: add python3-pip to apt")
 	}
@@ -442,33 +461,18 @@ func (b *builder) pipInstall(ctx context.Context) error {
 
 func (b *builder) files(ctx context.Context) error {
 	for _, f := range b.spec.Files {
-		p, err := securejoin.SecureJoin(b.rootfs, f.Path)
-		if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
 		mode := os.FileMode(0o644)
 		if f.Mode != "" {
 			m, _ := strconv.ParseUint(f.Mode, 8, 32)
 			mode = os.FileMode(m)
 		}
-		_ = os.Remove(p)
-		if err := os.WriteFile(p, b.in.Files[f.Path], mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, mode); err != nil { // WriteFile's mode is masked by umask
+		if err := writeInRootfs(b.rootfs, strings.TrimPrefix(filepath.Clean("/"+f.Path), "/"), b.in.Files[f.Path], mode); err != nil {
 			return err
 		}
 	}
 	manifest, _ := json.MarshalIndent(map[string]any{"name": b.spec.Name, "build_id": b.id, "base": b.baseDesc(),
 		"apt": b.spec.Apt, "env": b.spec.Env}, "", "  ")
-	dir := filepath.Join(b.rootfs, "etc", "code-sandboxes")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "environment.json"), append(manifest, '\n'), 0o644)
+	return writeInRootfs(b.rootfs, "etc/code-sandboxes/environment.json", append(manifest, '\n'), 0o644)
 }
 
 func (b *builder) checkPython(ctx context.Context) error {

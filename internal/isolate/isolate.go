@@ -215,6 +215,9 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	hostUID, hostGID := os.Geteuid(), os.Getegid()
 	if root {
 		hostUID, hostGID = RootModeHostUID, RootModeHostGID
+		if spec.HostUID > 0 && spec.HostGID > 0 {
+			hostUID, hostGID = spec.HostUID, spec.HostGID
+		}
 	}
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	if spec.Network != NetworkAll {

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 const rootfsMarker = "rootfs marker\n"
@@ -251,7 +253,7 @@ func runRootfsChecks() int {
 // host uid cannot traverse: it must be reached through the fd Start opens.
 func TestRootfsContract(t *testing.T) {
 	if err := CheckSupport(); err != nil {
-		t.Skip(err)
+		testdep.Require(t, false, err.Error())
 	}
 	root := makeRootfs(t)
 	before := snapshotTree(t, root)
@@ -307,11 +309,11 @@ func TestRootfsUnderTmp(t *testing.T) {
 	if !strings.HasPrefix(root, "/tmp/") {
 		d, err := os.MkdirTemp("/tmp", "rootfs-")
 		if err != nil {
-			t.Skip(err)
+			testdep.Require(t, false, "a writable /tmp: "+err.Error())
 		}
 		t.Cleanup(func() { os.RemoveAll(d) })
 		if err := os.Rename(root, filepath.Join(d, "rootfs")); err != nil {
-			t.Skip(err)
+			testdep.Require(t, false, "the test's rootfs on the same filesystem as /tmp: "+err.Error())
 		}
 		root = filepath.Join(d, "rootfs")
 	}
@@ -394,9 +396,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Skip("starts sandboxes")
 	}
 	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("no setpriv")
-	}
+	testdep.Require(t, err == nil, "setpriv (util-linux)")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -106,6 +106,14 @@ type Spec struct {
 	CPUs        float64 // CFS quota, in CPUs (0.5 = half a CPU)
 	Pids        int64   // max tasks (threads included) in the sandbox
 
+	// HostUID and HostGID are the host ids the sandbox's user (1000) and
+	// group (100) map to when the caller is root; 0 = RootModeHostUID and
+	// RootModeHostGID. A caller giving each sandbox ids of its own keeps
+	// what one sandbox does as its user (files, processes, rlimits that
+	// count per uid) from counting for another. Ignored for other callers:
+	// their sandboxes map to their own uid.
+	HostUID, HostGID int
+
 	// Sizes of the tmpfs mounts; 0 = default (capped at half of
 	// MemoryBytes, see TmpfsSize).
 	HomeSizeBytes  int64 // /home/user

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // started holds the ids of the sandboxes this test binary started: other
@@ -19,7 +21,7 @@ var started sync.Map
 func TestZZNoLeftoverCgroups(t *testing.T) {
 	fsys, err := detectCgroups()
 	if err != nil {
-		t.Skip(err)
+		testdep.Require(t, false, "cgroups: "+err.Error())
 	}
 	n := 0
 	started.Range(func(k, _ any) bool {

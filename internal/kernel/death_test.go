@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // guard runs f and fails the test (with every goroutine's stack) instead of
@@ -98,9 +100,8 @@ func evtFrame(payload string) string {
 // and every variable access must return (KernelDied), and the session must
 // recover afterwards.
 func TestRepeatedKernelDeathsNeverHang(t *testing.T) {
-	if _, err := os.Stat(testPython); err != nil {
-		t.Skip("no " + testPython)
-	}
+	_, err := os.Stat(testPython)
+	testdep.Require(t, err == nil, testPython+" (make deps)")
 	s := NewSession(Options{Python: testPython, Cwd: t.TempDir(), ScriptDir: scriptDir(t), KillGrace: 500 * time.Millisecond})
 	t.Cleanup(func() {
 		// Close waits for the kernel to be reaped: bounded too.

@@ -7,15 +7,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 const testPython = "/usr/bin/python3"
 
 func newTestSession(t testing.TB, mod ...func(*Options)) *Session {
 	t.Helper()
-	if _, err := os.Stat(testPython); err != nil {
-		t.Skip("no " + testPython)
-	}
+	_, err := os.Stat(testPython)
+	testdep.Require(t, err == nil, testPython+" (make deps)")
 	o := Options{Python: testPython, Cwd: t.TempDir(), ScriptDir: scriptDir(t)}
 	for _, m := range mod {
 		m(&o)

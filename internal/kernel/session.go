@@ -213,21 +213,24 @@ func (s *Session) unlock() { <-s.sem }
 // kernel returns the live kernel, starting one if needed (start=false: nil).
 func (s *Session) kernel(start bool) (*kproc, string, error) {
 	s.mu.Lock()
+	if k := s.k; k != nil && !s.closed && !k.deadOrDone() && processGone(k.pid) {
+		// Killed while idle (e.g. kill -9 -1 from another context) and
+		// not yet noticed by its pump: wait for the pump, bounded, so the
+		// next cell gets a fresh kernel and the "state lost" note instead
+		// of dying on the dead one. The wait is without the lock: Pid,
+		// Interrupt and Close must not stall behind it.
+		s.mu.Unlock()
+		select {
+		case <-k.done:
+		case <-time.After(2 * time.Second):
+		}
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, "", ErrClosed
 	}
 	if k := s.k; k != nil {
-		if !k.deadOrDone() && processGone(k.pid) {
-			// Killed while idle (e.g. kill -9 -1 from another context) and
-			// not yet noticed by its pump: wait for the pump, bounded, so
-			// the next cell gets a fresh kernel and the "state lost" note
-			// instead of dying on the dead one.
-			select {
-			case <-k.done:
-			case <-time.After(2 * time.Second):
-			}
-		}
 		if !k.deadOrDone() {
 			return k, "", nil
 		}
@@ -295,8 +298,17 @@ func (s *Session) cellStarted(k *kproc) {
 	}
 }
 
-// Restart kills the kernel (if any) and starts a fresh one.
+// Restart kills the kernel (if any) and starts a fresh one. A kernel busy
+// with a cell is killed first: the cell holds the execution lock until it
+// ends, which for a stuck one is never; its Execute returns with
+// KernelDied and frees the lock.
 func (s *Session) Restart(ctx context.Context) error {
+	s.mu.Lock()
+	busy := s.k
+	s.mu.Unlock()
+	if busy != nil && s.running.Load() == busy {
+		busy.kill("restarted")
+	}
 	if err := s.lock(ctx); err != nil {
 		return err
 	}

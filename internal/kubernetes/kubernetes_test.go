@@ -88,6 +88,18 @@ func TestPodFor(t *testing.T) {
 	if len(s.Volumes) != 3 || s.Volumes[0].EmptyDir.Medium != corev1.StorageMediumMemory {
 		t.Errorf("volumes %+v", s.Volumes)
 	}
+	if s.HostUsers != nil {
+		t.Errorf("hostUsers set without UserNamespaces: %v", *s.HostUsers)
+	}
+	p.userns = true
+	if hu := podFor(p, m, time.Now().Add(time.Hour)).Spec.HostUsers; hu == nil || *hu {
+		t.Errorf("UserNamespaces: hostUsers %v, want false", hu)
+	}
+	withUserns := p.key()
+	p.userns = false
+	if p.key() == withUserns {
+		t.Error("pods with and without a user namespace share a warm pool")
+	}
 	// A warm-pool pod: no identity, the pool's deadline (lowered at hand-out).
 	m.pool = "abc"
 	pod = podFor(p, m, time.Now())

@@ -21,8 +21,15 @@ type Options struct {
 	ImagePullPolicy string
 	// RuntimeClassName selects gVisor, Kata … where the cluster has them.
 	RuntimeClassName string
-	NodeSelector     map[string]string
-	Tolerations      []Toleration
+	// UserNamespaces runs each pod in its own user namespace (hostUsers:
+	// false): uid 1000 inside is an unprivileged, per-pod range on the node,
+	// not the node's uid 1000. Set it where the nodes support it
+	// (Kubernetes ≥ 1.33, or 1.30+ with the UserNamespacesSupport gate;
+	// containerd ≥ 2.0 or CRI-O ≥ 1.25; Linux ≥ 6.3 for idmapped tmpfs);
+	// elsewhere pods fail to start with the runtime's reason.
+	UserNamespaces bool
+	NodeSelector   map[string]string
+	Tolerations    []Toleration
 	// NetworkPolicyEnforced asserts that the cluster's network plugin
 	// enforces NetworkPolicy; without it (or a plugin the variant knows to
 	// enforce) network none and allowlist are refused, not silently open.

@@ -81,6 +81,7 @@ type plan struct {
 	memory       int64
 	cpus         float64
 	runtimeClass string
+	userns       bool // hostUsers: false
 	nodeSelector map[string]string
 	tolerations  []corev1.Toleration
 	prewarm      bool
@@ -89,7 +90,7 @@ type plan struct {
 // key identifies plans that make interchangeable pods.
 func (p *plan) key() string {
 	b, _ := json.Marshal([]any{p.c.key, p.c.namespace, p.image, p.pullPolicy, p.env, p.workdir, p.network, p.egress,
-		p.memory, p.cpus, p.runtimeClass, p.nodeSelector, p.tolerations, p.prewarm})
+		p.memory, p.cpus, p.runtimeClass, p.nodeSelector, p.tolerations, p.prewarm, p.userns})
 	return string(b)
 }
 
@@ -315,6 +316,11 @@ func podFor(p *plan, m meta, endAt time.Time) *corev1.Pod {
 	if p.runtimeClass != "" {
 		rc := p.runtimeClass
 		pod.Spec.RuntimeClassName = &rc
+	}
+	if p.userns {
+		// Its own user namespace: the pod's uids map to a range of the
+		// node's that no other pod (and no node user) has.
+		pod.Spec.HostUsers = &f
 	}
 	if m.pool == "" {
 		pod.Spec.ActiveDeadlineSeconds = activeDeadline(m.lifetime)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -315,27 +316,34 @@ func (pl *pool) fill() {
 }
 
 // renewAll restarts the lifetime of every waiting pod (agent and expiry
-// annotation), and drops those that no longer answer.
+// annotation), and drops those that no longer answer. A pod is out of the
+// ready list while it is renewed: a Create claiming it meanwhile would
+// have its lifetime reset to the pool's (or, on a failed renew, be
+// killed) after the claim.
 func (pl *pool) renewAll() {
 	pl.mu.Lock()
 	waiting := append([]*instance(nil), pl.ready...)
 	pl.mu.Unlock()
 	for _, inst := range waiting {
+		pl.mu.Lock()
+		i := slices.Index(pl.ready, inst)
+		if i < 0 || pl.closed {
+			pl.mu.Unlock()
+			continue // claimed (or handed to close) since the snapshot
+		}
+		pl.ready = slices.Delete(pl.ready, i, i+1)
+		pl.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 		_, err := inst.cl.SetTimeout(ctx, poolLifetime)
 		if err == nil {
 			err = pl.p.c.patchAnnotations(ctx, podName(inst.id), map[string]string{annEndAt: time.Now().Add(poolLifetime).UTC().Format(time.RFC3339Nano)})
 		}
 		cancel()
-		if err == nil {
-			continue
-		}
 		pl.mu.Lock()
-		for i, r := range pl.ready {
-			if r == inst {
-				pl.ready = append(pl.ready[:i], pl.ready[i+1:]...)
-				break
-			}
+		if err == nil && !pl.closed {
+			pl.ready = append(pl.ready, inst)
+			pl.mu.Unlock()
+			continue
 		}
 		pl.mu.Unlock()
 		pl.discard(inst)

@@ -150,8 +150,9 @@ func (c *cluster) podGone(ctx context.Context, id string) bool {
 }
 
 // ourPods lists the namespace's sandbox pods matching extra (label
-// requirements), and sweeps the dead.
-func (c *cluster) ourPods(ctx context.Context, extra labels.Set, withPool bool) ([]corev1.Pod, error) {
+// requirements), and with sweep deletes the dead (List passes false: a
+// read has no side effects).
+func (c *cluster) ourPods(ctx context.Context, extra labels.Set, withPool, sweep bool) ([]corev1.Pod, error) {
 	sel := labels.Set{labelCreatedBy: createdBy}
 	for k, v := range extra {
 		sel[k] = v
@@ -166,6 +167,9 @@ func (c *cluster) ourPods(ctx context.Context, extra labels.Set, withPool bool) 
 	if err != nil {
 		return nil, apiError("listing sandboxes", err, c.namespace)
 	}
+	if !sweep {
+		return list.Items, nil
+	}
 	c.sweepPods(ctx, list.Items)
 	if len(extra) == 0 && withPool {
 		c.sweepOrphans(ctx, list.Items)
@@ -175,6 +179,13 @@ func (c *cluster) ourPods(ctx context.Context, extra labels.Set, withPool bool) 
 
 // sweep removes dead sandboxes and leftovers of the namespace (Create
 // calls it; List sweeps what it lists).
-func (c *cluster) sweep(ctx context.Context) {
-	_, _ = c.ourPods(ctx, nil, true)
+func (c *cluster) sweep(ctx context.Context) int {
+	pods, _ := c.ourPods(ctx, nil, true, true)
+	n, now := 0, time.Now()
+	for i := range pods {
+		if dead(&pods[i], now) {
+			n++
+		}
+	}
+	return n
 }

@@ -149,7 +149,7 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 			return nil, fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
 		}
 	}
-	p := &plan{pullPolicy: pp, runtimeClass: k.RuntimeClassName, nodeSelector: k.NodeSelector, tolerations: tol,
+	p := &plan{pullPolicy: pp, runtimeClass: k.RuntimeClassName, userns: k.UserNamespaces, nodeSelector: k.NodeSelector, tolerations: tol,
 		memory: spec.Memory(), cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0}
 	if p.workdir == "" {
 		p.workdir = "/home/user"
@@ -390,7 +390,7 @@ func (Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]d
 			sel[lk] = v
 		}
 	}
-	pods, err := c.ourPods(ctx, sel, false)
+	pods, err := c.ourPods(ctx, sel, false, false)
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +408,16 @@ func (Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]d
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
+}
+
+// Sweep implements driver.Sweeper: it deletes the dead pods (and their
+// Secrets and NetworkPolicies) in the background and returns their number.
+func (Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
+	c, err := connect(spec)
+	if err != nil {
+		return 0, err
+	}
+	return c.sweep(ctx), nil
 }
 
 // Kill implements driver.Variant.

@@ -39,6 +39,9 @@ type record struct {
 	CPUs         float64  `json:"cpus,omitempty"`
 	Pids         int64    `json:"pids,omitempty"`
 	Cgroups      []string `json:"cgroups,omitempty"`
+	// HostUID is the host uid (and gid) the sandbox's user maps to when
+	// the caller is root: one of its own (uids.go), 0 otherwise.
+	HostUID int `json:"host_uid,omitempty"`
 	// Environment is what the sandbox runs on: "host" (the host's system
 	// directories) or the environment name (or id) it was created with;
 	// BuildID pins the build (empty for host).

@@ -140,6 +140,8 @@ func runShim() int {
 		HomeSizeBytes: spec.Home,
 		TmpSizeBytes:  spec.TmpSize,
 		Rootfs:        spec.Rootfs,
+		HostUID:       r.HostUID,
+		HostGID:       r.HostUID,
 	}
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.

@@ -76,10 +76,19 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
+	// What dead sandboxes left goes now, not when someone lists.
+	_, _ = sweep(rt)
 	id := ids.Sandbox('l')
 	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
+	}
+	var hostUID int
+	if os.Geteuid() == 0 {
+		if hostUID, err = allocHostUID(rt, dir); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
 	}
 	workdir := spec.WorkingDir
 	if workdir == "" {
@@ -88,7 +97,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
-		Environment: senv.Name, BuildID: senv.BuildID}
+		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
 	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
@@ -429,8 +438,9 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	return inst, nil
 }
 
-// List implements driver.Variant; it also cleans up after sandboxes whose
-// supervisor died.
+// List implements driver.Variant. It only reads: a sandbox whose
+// supervisor died is left out, and left for Sweep (which Create and Kill
+// run) to clean up.
 func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([]driver.Info, error) {
 	opts, err := optionsOf(spec)
 	if err != nil {
@@ -449,18 +459,8 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 		if !e.IsDir() {
 			continue
 		}
-		dir := filepath.Join(rt, e.Name())
-		r, err := readRecord(dir)
-		if err != nil {
-			// A directory without a record for more than a minute is debris
-			// from a create that died; younger ones may be starting.
-			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > time.Minute {
-				_ = os.RemoveAll(dir)
-			}
-			continue
-		}
-		if !r.alive() {
-			cleanupStale(dir, r)
+		r, err := readRecord(filepath.Join(rt, e.Name()))
+		if err != nil || !r.alive() {
 			continue
 		}
 		if i := infoOf(r); f.Match(i) {
@@ -470,13 +470,58 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 	return out, nil
 }
 
-// Kill implements driver.Variant.
+// Sweep implements driver.Sweeper: it ends what a dead supervisor left (an
+// agent that somehow survived, cgroups, the directory) and removes
+// directories without a record older than a minute (debris of a Create
+// that died; younger ones may be starting).
+func (v Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
+	opts, err := optionsOf(spec)
+	if err != nil {
+		return 0, err
+	}
+	return sweep(runtimeDir(opts.RuntimeDir))
+}
+
+func sweep(rt string) (int, error) {
+	ents, err := os.ReadDir(rt)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(rt, e.Name())
+		r, err := readRecord(dir)
+		if err != nil {
+			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > time.Minute {
+				_ = os.RemoveAll(dir)
+				n++
+			}
+			continue
+		}
+		if !r.alive() {
+			cleanupStale(dir, r)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Kill implements driver.Variant; it sweeps the dead too.
 func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 	opts, err := optionsOf(spec)
 	if err != nil {
 		return err
 	}
-	return killByDir(ctx, filepath.Join(runtimeDir(opts.RuntimeDir), dirName(id)))
+	rt := runtimeDir(opts.RuntimeDir)
+	err = killByDir(ctx, filepath.Join(rt, dirName(id)))
+	_, _ = sweep(rt)
+	return err
 }
 
 // removeCgroups kills whatever is left in a dead sandbox's cgroups and

@@ -24,6 +24,7 @@ import (
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
 // Environment variables the launcher may hand the agent. Both are removed
@@ -120,6 +121,16 @@ func Main(args []string) int {
 	}
 	if network == "unix" {
 		_ = os.Chmod(addr, 0o600)
+	}
+	if *sandbox {
+		// The local variant's seccomp filter on every thread, stacked on
+		// whatever the runtime installed (a pod's RuntimeDefault differs
+		// per runtime and version: io_uring, vsock...), before any user
+		// code runs; every process the agent starts inherits it. Fail
+		// closed: no sandbox without it.
+		if err := isolate.LoadSeccompAllThreads(); err != nil {
+			return fail(fmt.Errorf("seccomp: %w", err))
+		}
 	}
 	ctx := context.Background()
 	if *sandbox && os.Getpid() == 1 {
