@@ -298,11 +298,6 @@ func TestInvalidConfig(t *testing.T) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	cfg := localConfig(t)
-	cfg.NetworkPolicy, cfg.AllowedHosts = "allowlist", []string{"pypi.org"}
-	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrNotSupported) {
-		t.Errorf("allowlist on local = %v, want ErrNotSupported with a reason", err)
-	}
 	if _, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "e2b", IdleTimeout: time.Minute}); !errors.Is(err, sandboxes.ErrNotSupported) {
 		t.Errorf("IdleTimeout on e2b = %v, want ErrNotSupported with the reason", err)
 	}
