@@ -17,6 +17,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
@@ -134,7 +135,7 @@ func failsClosed(t *testing.T, rt string) {
 // agent's /proc status, via the record).
 func hostUIDOf(t *testing.T, sb *sandboxes.Sandbox) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(runtimeDir(t), sb.ID(), "state.json"))
+	b, err := os.ReadFile(filepath.Join(local.SandboxDir(runtimeDir(t), sb.ID()), "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
