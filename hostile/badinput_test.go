@@ -23,7 +23,7 @@ func TestBadInputGoAPI(t *testing.T) {
 	ctx := ctxBG(time.Minute)
 	n := 0
 	for _, cfg := range []sandboxes.Config{
-		{Variant: "nope"}, {Variant: "../local"}, {Memory: -1}, {Memory: 1000}, {CPU: -2}, {Pids: -1}, {Pids: 3},
+		{Variant: "nope"}, {Variant: "../local"}, {Memory: -2}, {Memory: 1000}, {CPU: -2}, {Pids: -2}, {Pids: 3},
 		{NetworkPolicy: "sometimes"}, {NetworkPolicy: "allowlist"}, {AllowedHosts: []string{"x.com"}},
 		{WorkingDir: "relative"}, {Tags: map[string]string{"bad key!": "v"}}, {Env: map[string]string{"A=B": "c"}},
 		{Env: map[string]string{"A\x00": "c"}}, {MaxLifetime: -time.Second}, {Timeout: -time.Second},
