@@ -186,7 +186,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	if os.Geteuid() != 0 {
-		out, errs, code := cli(t, "", "exec", "6 * 7")
+		out, errs, code := cli(t, "", "exec", "--memory", "unlimited", "--pids", "unlimited", "6 * 7")
 		if code != 0 || strings.TrimSpace(out) != "42" {
 			t.Fatalf("exec as uid %d: %d %q %q", os.Geteuid(), code, out, errs)
 		}
@@ -215,12 +215,20 @@ func TestUnprivileged(t *testing.T) {
 	if err := os.Chown(rt, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", nb, "exec",
-		"import os; print(os.getuid(), os.getgid(), os.path.exists('/root'))\n6 * 7")
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "CODE_SANDBOXES_RUNTIME_DIR=" + rt}
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil || string(out) != "1000 100 False\n42\n" {
+	asNobody := func(args ...string) (string, error) {
+		cmd := exec.Command(setpriv, append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", nb, "exec"}, args...)...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "CODE_SANDBOXES_RUNTIME_DIR=" + rt}
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	// nobody has no writable cgroup: the default limits can't be enforced,
+	// so the sandbox is refused with the way out, never started without.
+	if out, err := asNobody("6 * 7"); err == nil || !strings.Contains(out, "--memory unlimited --pids unlimited") {
+		t.Fatalf("exec as nobody with the default limits: %v %q", err, out)
+	}
+	out, err := asNobody("--memory", "unlimited", "--pids", "unlimited", "import os; print(os.getuid(), os.getgid(), os.path.exists('/root'))\n6 * 7")
+	if err != nil || out != "1000 100 False\n42\n" {
 		t.Fatalf("exec as nobody: %v %q", err, out)
 	}
 	if ents, _ := os.ReadDir(rt); len(ents) != 0 {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 // handler returned (net/http forbids them: the writer may be reused).
 type afterReturn struct {
 	h        http.Header
-	mu       sync.Mutex
 	returned atomic.Bool
 	late     atomic.Int64
 }

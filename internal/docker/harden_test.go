@@ -82,4 +82,9 @@ func TestHostConfigHardening(t *testing.T) {
 	if !strings.Contains(hc.Tmpfs["/tmp"], "nosuid") {
 		t.Errorf("/tmp options %q", hc.Tmpfs["/tmp"])
 	}
+	for _, m := range []string{"/tmp", "/home/user", "/files", "/dev/shm"} {
+		if !strings.Contains(hc.Tmpfs[m], "nr_inodes=") {
+			t.Errorf("%s: no inode bound: %q", m, hc.Tmpfs[m])
+		}
+	}
 }

@@ -61,6 +61,7 @@ const (
 	tmpSize   = 512 << 20
 	homeSize  = 1 << 30
 	filesSize = 1 << 30
+	shmSize   = 64 << 20
 	noFile    = 4096
 	// startTimeout bounds container start until the agent answers.
 	startTimeout = 60 * time.Second
@@ -498,6 +499,10 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 			"/tmp":       tmpfs(isolate.TmpfsSize(tmpSize, spec.Memory()), "1777", false),
 			"/home/user": tmpfs(isolate.TmpfsSize(homeSize, spec.Memory()), "0755", true),
 			"/files":     tmpfs(isolate.TmpfsSize(filesSize, spec.Memory()), "0755", true),
+			// Our own /dev/shm (the engine then mounts none): its size is
+			// the engine's default, 64 MiB, and it gets an inode bound,
+			// which the engine's has not (empty files cost kernel memory).
+			"/dev/shm": fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,nr_inodes=%d,mode=1777", shmSize, isolate.TmpfsInodes(shmSize)),
 		},
 		NetworkMode:    ls.mode,
 		AutoRemove:     true,

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"context"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -51,4 +52,31 @@ func TestRestartBusyKernel(t *testing.T) {
 	}); err != nil || errName != "NameError" {
 		t.Fatalf("after Restart the state must be fresh: %v %q", err, errName)
 	}
+}
+
+// TestKernelWaitDoesNotHoldTheLock: kernel() waits (up to 2 s) for the pump
+// of a kernel whose process is gone; meanwhile Pid (and Interrupt, Close)
+// must not wait behind it. The kernel here is a process that exited and
+// was reaped (gone) whose pump never finishes.
+func TestKernelWaitDoesNotHoldTheLock(t *testing.T) {
+	c := exec.Command("true")
+	if err := c.Run(); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSession(Options{})
+	s.k = &kproc{pid: c.Process.Pid, done: make(chan struct{})}
+	order := make(chan string, 2)
+	go func() {
+		_, _, _ = s.kernel(false)
+		order <- "kernel"
+	}()
+	time.Sleep(100 * time.Millisecond) // kernel() is in its wait by now
+	go func() {
+		s.Pid()
+		order <- "pid"
+	}()
+	if first := <-order; first != "pid" {
+		t.Fatalf("Pid waited for kernel()'s 2 s wait: it holds the session's lock")
+	}
+	<-order
 }
