@@ -9,12 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-
-	// The CLI offers every variant of this module; a library user imports
-	// only those it wants (local comes with the package).
-	_ "github.com/code-sandboxes/code-sandboxes/docker"
-	_ "github.com/code-sandboxes/code-sandboxes/e2b"
-	_ "github.com/code-sandboxes/code-sandboxes/kubernetes"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
