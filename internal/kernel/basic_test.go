@@ -241,6 +241,21 @@ func TestErrors(t *testing.T) {
 	if len(errs) != 1 || errs[0].Name != "SyntaxError" || !strings.Contains(errs[0].Traceback, "x = (") || !strings.Contains(errs[0].Traceback, "<cell-2>") {
 		t.Fatalf("syntax: %+v", errs)
 	}
+	// Nor the machinery around a cell: the kernel's own frames (magics) and
+	// the asyncio loop that runs a top-level await, in chained exceptions too.
+	for _, code := range []string{
+		"async def g():\n    raise KeyError(1)\nawait g()",
+		"%time 1/0",
+		"import asyncio\nasync def h():\n    raise ValueError('x')\ntry:\n    await h()\nexcept ValueError as e:\n    raise RuntimeError('y') from e",
+	} {
+		errs := exec1(t, s, code).errors()
+		if len(errs) != 1 {
+			t.Fatalf("%q: %+v", code, errs)
+		}
+		if tb := errs[0].Traceback; strings.Contains(tb, "csbx_kernel") || strings.Contains(tb, "base_events.py") || !strings.Contains(tb, "<cell-") {
+			t.Errorf("%q: traceback shows the kernel's machinery:\n%s", code, tb)
+		}
+	}
 }
 
 func TestSysExit(t *testing.T) {

@@ -1652,16 +1652,34 @@ def _register_cells():
             lc.cache[fn] = (len(src), None, src.splitlines(True), fn)
 
 
+def _hide_machinery(te, seen):
+    # A traceback shows the user's frames: not the kernel's own (magics,
+    # running a cell), nor the asyncio loop frames above a top-level await
+    # cell, in this exception and those chained to it.
+    import traceback
+    import os.path
+
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    aio = os.path.dirname(getattr(sys.modules.get("asyncio"), "__file__", "") or "") or None
+    frames = [f for f in te.stack if f.filename != _KFILE]
+    while frames and aio and frames[0].filename.startswith(aio + os.sep):
+        frames.pop(0)
+    te.stack = traceback.StackSummary.from_list(frames)
+    _hide_machinery(te.__cause__, seen)
+    _hide_machinery(te.__context__, seen)
+
+
 def _send_error(e):
     import traceback
     import linecache  # noqa: F401  (traceback needs it; cells get registered)
 
     _register_cells()
-    tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _KFILE:
-        tb = tb.tb_next
     try:
-        text = "".join(traceback.format_exception(type(e), e, tb))
+        te = traceback.TracebackException(type(e), e, e.__traceback__)
+        _hide_machinery(te, set())
+        text = "".join(te.format())
     except Exception:
         text = "%s\n" % type(e).__name__
     try:
