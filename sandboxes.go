@@ -87,7 +87,8 @@ type Config struct {
 	// Timeout is the default per-execution timeout of RunCode (0 = none).
 	Timeout time.Duration
 	// MaxLifetime: the sandbox ends itself this long after creation (or after
-	// the last SetTimeout). Default 24h.
+	// the last SetTimeout). Default 24h (1h on e2b: E2B's hobby tier caps
+	// sandboxes there).
 	MaxLifetime time.Duration
 	// IdleTimeout: the sandbox ends itself after this long unused, so a
 	// program that dies without Close leaves nothing running for long.
@@ -284,6 +285,9 @@ func (c Config) variant() (driver.Variant, driver.Spec, error) {
 	v, err := variantFor(spec.Variant)
 	if err != nil {
 		return v, spec, err
+	}
+	if d := v.Capabilities().DefaultLifetime; d > 0 && c.MaxLifetime == 0 {
+		spec.Lifetime = d
 	}
 	if !v.Capabilities().IdleTimeout {
 		if c.IdleTimeout > 0 {

@@ -124,6 +124,10 @@ type Capabilities struct {
 	Packages                                                       bool
 	// IdleTimeout: the variant ends a sandbox unused for Spec.IdleTimeout.
 	IdleTimeout bool
+	// DefaultLifetime replaces the package's default lifetime (24 h) when
+	// the caller gives none: a service that caps lifetimes lower (E2B's
+	// hobby tier: 1 h) would refuse the default otherwise.
+	DefaultLifetime time.Duration
 }
 
 // Environment is a named sandbox image.

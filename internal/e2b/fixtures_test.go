@@ -548,3 +548,23 @@ func e2bOptions(c *sandboxes.Config) *e2bvariant.Options {
 	c.Options = &o
 	return &o
 }
+
+// A Config without MaxLifetime asks E2B for an hour, which every team's
+// tier allows (the package's own default, a day, exceeds the hobby tier's).
+func TestFixtureDefaultLifetime(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxT(t, time.Minute)
+	sb, err := sandboxes.Create(ctx, f.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	_, body := f.find("POST", "/sandboxes")
+	var got map[string]any
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["timeout"] != float64(3600) {
+		t.Errorf("default lifetime on e2b: timeout %v, want 3600", got["timeout"])
+	}
+}

@@ -35,7 +35,10 @@ func (Variant) Name() string { return "e2b" }
 // Limits are the template's on E2B, so the variant refuses them.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: false, Packages: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: false, Packages: true,
+		// E2B caps a sandbox at 1 h on its hobby tier (24 h on pro): a
+		// default every team can create; SetTimeout extends it.
+		DefaultLifetime: time.Hour}
 }
 
 // Environments implements driver.Variant.
