@@ -444,7 +444,8 @@ func TestKubernetesFailures(t *testing.T) {
 		want []string
 	}{
 		{"MissingImage", func(c *sandboxes.Config) {
-			k8sOptions(c).Image, k8sOptions(c).ImagePullPolicy = "code-sandboxes-env:missing", "Never"
+			o := k8sOptions(c)
+			o.Image, o.ImagePullPolicy = "code-sandboxes-env:missing", "Never"
 		}, []string{"code-sandboxes-env:missing is not on the node", "environments export", "ctr -n k8s.io images import"}},
 		{"MissingImagePull", func(c *sandboxes.Config) {
 			k8sOptions(c).Image = "localhost:1/code-sandboxes-env:missing"
@@ -541,7 +542,7 @@ func TestKubernetesLifetime(t *testing.T) {
 	}
 
 	// An expiry that passed (the agent would have ended itself; here it
-	// still runs): the next List sweeps the pod.
+	// still runs): List only reads; Sweep removes the pod.
 	other := newK8s(t, cfg)
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano)
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"code-sandboxes.end-at":%q}}}`, past)
@@ -567,6 +568,9 @@ func TestKubernetesLifetime(t *testing.T) {
 	list, err = sandboxes.List(ctx, cfg, sandboxes.ListOptions{Tags: map[string]string{"team": "k8s"}})
 	if err != nil || len(list) != 1 || list[0].ID != sb.ID() {
 		t.Fatalf("list after expiry: %+v %v", list, err)
+	}
+	if _, err := sandboxes.Sweep(ctx, cfg); err != nil {
+		t.Fatal(err)
 	}
 	for _, id := range []string{other.ID(), ended.ID()} {
 		k8sWaitGone(t, e, ns, id)

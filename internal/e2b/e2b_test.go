@@ -3,6 +3,7 @@ package e2b_test
 import (
 	"context"
 	"errors"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 
@@ -208,9 +210,22 @@ func TestAgainstOurServer(t *testing.T) {
 		sandboxestest.Require(t, exec.Command("/usr/bin/python3", "-m", "pip", "--version").Run() == nil, "Debian's python3-pip (make deps)")
 		index := testpypi.Serve(t, "cs-e2b-demo", testpypi.FileName("cs-e2b-demo", "1.0"),
 			testpypi.Wheel(t, "cs_e2b_demo", "1.0", "cs_e2b_demo", "VALUE = 42\n"))
+		// A network-all sandbox reaches the internet, never the host: the
+		// index (on the host's loopback) is published in a test internet.
+		sandboxestest.Require(t, os.Geteuid() == 0, "root, to build the test internet (network namespaces, veth)")
+		n, err := testnet.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		u, _ := neturl.Parse(index)
+		if u.Host, err = n.Forward(u.Host); err != nil {
+			t.Fatal(err)
+		}
 		c := cfg
 		c.NetworkPolicy = sandboxes.NetworkAll // pip reaches the index
-		c.Packages, c.PackageIndex = []string{"cs-e2b-demo==1.0"}, index
+		c.Env = map[string]string{"PIP_TRUSTED_HOST": testnet.ServerIPv4}
+		c.Packages, c.PackageIndex = []string{"cs-e2b-demo==1.0"}, u.String()
 		sb, err := sandboxes.Create(ctx, c)
 		if err != nil {
 			t.Fatal(err)
@@ -230,6 +245,12 @@ func TestAgainstOurServer(t *testing.T) {
 		c := cfg
 		no := false
 		e2bOptions(&c).Secure = &no
+		// serve refuses sandboxes without an envd token (anyone who knew
+		// the id could use one), saying why.
+		if _, err := sandboxes.Create(ctx, c); err == nil || !strings.Contains(err.Error(), "secure: false is not supported") {
+			t.Fatalf("secure false against serve = %v, want the refusal with its reason", err)
+		}
+		c = cfg
 		c.Environment = "e2b-code-interpreter"
 		sb, err := sandboxes.Create(ctx, c)
 		if err != nil {
@@ -237,7 +258,7 @@ func TestAgainstOurServer(t *testing.T) {
 		}
 		defer sb.Close()
 		if ex, err := sb.RunCode(ctx, "6 * 7"); err != nil || ex.Text() != "42" {
-			t.Errorf("insecure sandbox: %v %v", ex, err)
+			t.Errorf("sandbox on the named environment: %v %v", ex, err)
 		}
 		envs, err := sandboxes.ListEnvironments(ctx, cfg)
 		if err != nil || len(envs) != 1 || envs[0].Name != "e2b-code-interpreter" || envs[0].Variant != "e2b" {

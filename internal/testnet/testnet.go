@@ -32,6 +32,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -67,6 +68,7 @@ type Net struct {
 	// :7 echoes; UDP on :7 echoes; DNS on ServerIPv4:53 answers every A
 	// query with ServerIPv4, "an outside resolver").
 	veth    string
+	lock    *os.File // the host-wide lock, held until Close
 	closers []io.Closer
 	mu      sync.Mutex
 	hits    map[string]int
@@ -108,10 +110,16 @@ func Start() (n *Net, err error) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		return nil, fmt.Errorf("testnet: needs iproute2's ip: %w", err)
 	}
+	// One test internet on the machine at a time: its addresses and host
+	// routes are fixed, and test binaries of several packages run at once.
+	lock, err := hostLock()
+	if err != nil {
+		return nil, err
+	}
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	n = &Net{NS: "csb-inet-" + id, veth: "csbi" + id, hits: map[string]int{}}
+	n = &Net{NS: "csb-inet-" + id, veth: "csbi" + id, hits: map[string]int{}, lock: lock}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -252,7 +260,35 @@ func (n *Net) Close() error {
 	if _, err := os.Stat("/run/netns/" + n.NS); err != nil {
 		nerr = nil
 	}
+	if n.lock != nil {
+		n.lock.Close() // releases the flock
+		n.lock = nil
+	}
 	return errors.Join(lerr, nerr)
+}
+
+// lockWait bounds the wait for another test binary's test internet.
+const lockWait = 10 * time.Minute
+
+// hostLock takes the machine-wide test-internet lock (flock: the kernel
+// drops it if the holder dies).
+func hostLock() (*os.File, error) {
+	f, err := os.OpenFile("/run/code-sandboxes-testnet.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: lock: %w", err)
+	}
+	deadline := time.Now().Add(lockWait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("testnet: another test internet is up (lock /run/code-sandboxes-testnet.lock): %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // inNetns runs f on a thread that has joined the named namespace; sockets
