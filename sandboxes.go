@@ -135,7 +135,8 @@ type Config struct {
 	// first (the built-in "python" on first use); nil = os.Stderr.
 	BuildOutput io.Writer
 
-	// Local holds the settings of the local variant, the embedded default.
+	// Local holds the settings of the local variant, the embedded default
+	// (other variants ignore it).
 	Local LocalConfig
 	// Options are the settings of another variant, of the type its package
 	// defines: docker.Options, kubernetes.Options, e2b.Options (import the
@@ -202,11 +203,13 @@ func (c Config) spec() (driver.Spec, error) {
 	if s.Variant == "" {
 		s.Variant = "local"
 	}
+	// Local is the embedded variant's settings: other variants ignore it
+	// (a Config is often shared across variants, as serve's is).
 	switch {
 	case s.Variant == "local" && c.Options == nil:
 		s.Options = c.Local
-	case c.Local != (LocalConfig{}) && (s.Variant != "local" || c.Options != nil):
-		return bad("Local holds the local variant's settings; the %s variant takes Options (give one of them)", s.Variant)
+	case s.Variant == "local" && c.Local != (LocalConfig{}):
+		return bad("give the local variant's settings in Local or in Options, not both")
 	}
 	if s.Lifetime == 0 {
 		s.Lifetime = 24 * time.Hour

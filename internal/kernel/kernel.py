@@ -834,7 +834,10 @@ def _patch_module(name, module):
         if save is not None and not getattr(save, "_cs_wrapped", False):
             def saving(self, fp, *args, _save=save, **kwargs):
                 r = _save(self, fp, *args, **kwargs)
-                if isinstance(fp, (str, os.PathLike)):
+                # The user's own save only: a library that writes through
+                # PIL (matplotlib's savefig does) has its own display rules.
+                caller = sys._getframe(1).f_globals.get("__name__", "")
+                if isinstance(fp, (str, os.PathLike)) and not caller.startswith(("matplotlib", "PIL")):
                     display(self)
                 return r
 
