@@ -17,6 +17,17 @@
 # pipe up to the frame's marker, and holds back pipe data after a marker until
 # the frame is processed. That gives one ordered stream.
 #
+# A child process (os.system, subprocess, fork, posix_spawn, the context's
+# bash/node/R interpreter) writes to fds 1 and 2 directly, unseen, so the
+# kernel also syncs where the cell orders a child's output in time: when a
+# child starts (after the pending Python-level output), when os.system
+# returns, and before every Python-level write while a subprocess.Popen child
+# has not been seen finished (returncode still None) or once os.fork or
+# posix_spawn made a child (the kernel can't see those end). What stays
+# unordered is one child process, or several running at once, writing to
+# both fds with no kernel step in between (bash -c 'echo a >&2; echo b'):
+# two pipes carry no timestamps, as in Jupyter.
+#
 # Python-level output is line buffered so print("hi") reaches Go as one
 # "hi\n" chunk, like Jupyter's: the pending text (one stream at a time) is
 # written up to its last newline, all of it past _BUF_MAX, on flush(), before

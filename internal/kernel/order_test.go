@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -56,6 +57,25 @@ for i in range(N):
     subprocess.run(['sh', '-c', 'echo b >&2'])
     subprocess.call(['echo', 'c'])
 `, "e:b\no:c\ne:b\no:c\n"},
+		{"ShellMagic", `
+import sys
+for i in range(N):
+    !echo b >&2
+    print('c', flush=True)
+    print('b', file=sys.stderr, flush=True)
+    !echo c
+`, "e:b\no:c\ne:b\no:c\n"},
+		{"Fork", `
+import os, sys, warnings
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+for i in range(N):
+    pid = os.fork()
+    if pid == 0:
+        os.write(2, b'b\n')
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print('c', flush=True)
+`, "e:b\no:c\n"},
 		{"BackgroundChild", `
 import subprocess, sys, time
 for i in range(N):
@@ -67,7 +87,7 @@ for i in range(N):
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := exec1(t, s, strings.Replace(c.cell, "N", "15", 1))
+			r := exec1(t, s, strings.ReplaceAll(c.cell, "range(N)", fmt.Sprintf("range(%d)", n)))
 			if r.out.Error {
 				t.Fatalf("cell failed: %q", r.stderr())
 			}
