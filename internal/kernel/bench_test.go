@@ -112,3 +112,27 @@ func BenchmarkPeer(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrintLines: 2000 flushed prints in one cell. With a child process
+// alive (ChildAlive) every Python-level write is a sync point, so a child's
+// output on the other stream stays in order (see kernel.py, Ordering).
+func BenchmarkPrintLines(b *testing.B) {
+	for _, alive := range []bool{false, true} {
+		name := "NoChild"
+		if alive {
+			name = "ChildAlive"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := newTestSession(b)
+			if alive {
+				exec1(b, s, "import subprocess; _p = subprocess.Popen(['sleep', '600'])")
+				b.Cleanup(func() { exec1(b, s, "_p.kill(); _p.wait()") })
+			}
+			for b.Loop() {
+				if _, err := s.Execute(context.Background(), Request{Code: "for i in range(2000): print(i, flush=True)"}, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -17,6 +17,17 @@
 # pipe up to the frame's marker, and holds back pipe data after a marker until
 # the frame is processed. That gives one ordered stream.
 #
+# A child process (os.system, subprocess, fork, posix_spawn, the context's
+# bash/node/R interpreter) writes to fds 1 and 2 directly, unseen, so the
+# kernel also syncs where the cell orders a child's output in time: when a
+# child starts (after the pending Python-level output), when os.system
+# returns, and before every Python-level write while a subprocess.Popen child
+# has not been seen finished (returncode still None) or once os.fork or
+# posix_spawn made a child (the kernel can't see those end). What stays
+# unordered is one child process, or several running at once, writing to
+# both fds with no kernel step in between (bash -c 'echo a >&2; echo b'):
+# two pipes carry no timestamps, as in Jupyter.
+#
 # Python-level output is line buffered so print("hi") reaches Go as one
 # "hi\n" chunk, like Jupyter's: the pending text (one stream at a time) is
 # written up to its last newline, all of it past _BUF_MAX, on flush(), before
@@ -65,6 +76,8 @@ class _State:
     cells = {}  # filename -> source, registered in linecache lazily
     ns = None
     child = None  # _Child running the cells of a non-Python context
+    kids = []  # subprocess.Popen objects started and not seen finished
+    forked = False  # os.fork/posix_spawn made a child we can't see finish
 
 
 _st = _State()
@@ -181,7 +194,13 @@ def _sync_locked(main):
 
 def _out_locked(which, data, main):
     """Write Python-level output to its pipe (caller holds _lock)."""
-    if _st.last is not None and _st.last != which:
+    if _st.kids or _st.forked:
+        # A child may have written to the other pipe since the last sync
+        # point: only a marker orders that before this write. A finished
+        # Popen is forgotten only after this sync, which follows its output.
+        _sync_locked(main)
+        _st.kids = [p for p in _st.kids if getattr(p, "returncode", 0) is None]
+    elif _st.last is not None and _st.last != which:
         _sync_locked(main)
     _st.last = which
     _write_all(_OUT if which == 1 else _ERR, data)
@@ -262,17 +281,36 @@ def _flusher():
                 pass
 
 
+def _child_sync(main=None):
+    """A sync point for a child process starting or ending: write pending
+    Python-level output, then mark both pipes. A child writes to fds 1 and 2
+    directly, so without the marker Go can't tell whether its output on one
+    pipe came before or after earlier output on the other (see the top)."""
+    if main is None:
+        main = _thread.get_ident() == _MAIN_THREAD
+    with _lock:
+        if _st.buf:
+            _flush_locked(main)
+        _sync_locked(main)
+        _st.last = None
+
+
 def _before_fork():
-    # Write pending output so the child can't print it again. _lock is not
-    # held across the fork: Python 3.12 warns about forking with threads
-    # (the flusher) before running the after-fork hooks, and that warning
-    # is written to sys.stderr.
+    # Write pending output so the child can't print it again, and mark the
+    # pipes so the child's output comes after it. _lock is not held across
+    # the fork: Python 3.12 warns about forking with threads (the flusher)
+    # before running the after-fork hooks, and that warning is written to
+    # sys.stderr.
     try:
-        with _lock:
-            if _st.buf:
-                _flush_locked(_thread.get_ident() == _MAIN_THREAD)
+        _child_sync(_thread.get_ident() == _MAIN_THREAD)
     except Exception:
         pass
+
+
+def _after_fork_parent():
+    # The kernel can't see when a forked child ends: from now on every
+    # Python-level write is a sync point (see _out_locked).
+    _st.forked = True
 
 
 def _after_fork_child():
@@ -282,14 +320,31 @@ def _after_fork_child():
     _lock = _thread.allocate_lock()
     _st.buf.clear()
     _st.armed = False
+    _st.kids = []
+    _st.forked = False
 
 
-def _flushing(f):
-    """Wrap f (which starts a child process) to write pending output first."""
+def _quiet_sync():
+    try:
+        _child_sync()
+    except (OSError, _TooBig):  # the event pipe is gone: Go reports that
+        pass
+
+
+def _flushing(f, after=None):
+    """Wrap f (which starts a child process) to write pending output and
+    mark the pipes first; after(args, result) runs when f returns."""
 
     def wrapper(*args, **kwargs):
-        _flush_streams()
-        return f(*args, **kwargs)
+        _quiet_sync()
+        if _st.pending and _thread.get_ident() == _MAIN_THREAD:
+            _st.pending = False  # an interrupt deferred during the sync
+            if _st.busy:
+                raise KeyboardInterrupt
+        r = f(*args, **kwargs)
+        if after is not None:
+            after(args, r)
+        return r
 
     for a in ("__module__", "__name__", "__qualname__", "__doc__"):
         try:
@@ -847,7 +902,28 @@ def _patch_module(name, module):
         popen = getattr(module, "Popen", None)
         f = getattr(popen, "_execute_child", None)
         if f is not None:
-            popen._execute_child = _flushing(f)
+            popen._execute_child = _flushing(f, _started_popen)
+
+
+def _started_popen(args, _r):
+    """A Popen child runs in the background: until it is seen finished, every
+    Python-level write is a sync point (see _out_locked)."""
+    with _lock:
+        if len(_st.kids) >= 64:  # never seen finished: stop tracking, bound the list
+            _st.kids = []
+            _st.forked = True
+        elif args:
+            _st.kids.append(args[0])
+
+
+def _ended_child(_args, _r):
+    # os.system returned: the child's output is all in the pipes; mark them
+    # so what the cell writes next comes after it.
+    _quiet_sync()
+
+
+def _spawned_child(_args, _r):
+    _st.forked = True
 
 
 class _PILViewer:
@@ -1973,11 +2049,11 @@ def _main():
     sys.stderr = _Stream(2, "<stderr>")
     sys.argv = [""]
     sys.meta_path.insert(0, _ImportHook())
-    for name in ("system", "posix_spawn", "posix_spawnp"):
+    for name, after in (("system", _ended_child), ("posix_spawn", _spawned_child), ("posix_spawnp", _spawned_child)):
         f = getattr(os, name, None)
         if f is not None:
-            setattr(os, name, _flushing(f))
-    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
+            setattr(os, name, _flushing(f, after))
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
     handlers = {b"exec": _cmd_exec, b"get": _cmd_get, b"set": _cmd_set}
     while True:
         try:

@@ -1,0 +1,99 @@
+package kernel
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// streamSeq is the stdout/stderr events of r as one string, each event
+// prefixed by its stream: "o:a\n" or "e:b\n".
+func (r run) streamSeq() string {
+	var b strings.Builder
+	for _, e := range r.events {
+		switch e.Type {
+		case EventStdout:
+			b.WriteString("o:" + e.Text)
+		case EventStderr:
+			b.WriteString("e:" + e.Text)
+		}
+	}
+	return b.String()
+}
+
+// TestChildOutputOrder: fd 1 and fd 2 are two pipes, so output a child
+// process writes to them straight (os.system, subprocess) used to race with
+// Python-level output on the other stream and with another child's output on
+// the other fd: "print to stderr, then os.system('echo c')" could show c
+// first. Writes the cell orders in time must arrive in that order. Each cell
+// repeats the pattern so one run gives the race many chances.
+func TestChildOutputOrder(t *testing.T) {
+	s := newTestSession(t)
+	const n = 15
+	cases := []struct{ name, cell, want string }{
+		{"PythonThenChild", `
+import os, sys
+for i in range(N):
+    print('b', file=sys.stderr, flush=True)
+    os.system('echo c')
+`, "e:b\no:c\n"},
+		{"ChildThenPython", `
+import os, sys
+for i in range(N):
+    os.system('echo b >&2')
+    print('c', flush=True)
+`, "e:b\no:c\n"},
+		{"TwoChildren", `
+import os
+for i in range(N):
+    os.system('echo b >&2')
+    os.system('echo c')
+`, "e:b\no:c\n"},
+		{"Subprocess", `
+import subprocess, sys
+for i in range(N):
+    subprocess.run(['sh', '-c', 'echo b >&2'])
+    print('c', flush=True)
+    subprocess.run(['sh', '-c', 'echo b >&2'])
+    subprocess.call(['echo', 'c'])
+`, "e:b\no:c\ne:b\no:c\n"},
+		{"ShellMagic", `
+import sys
+for i in range(N):
+    !echo b >&2
+    print('c', flush=True)
+    print('b', file=sys.stderr, flush=True)
+    !echo c
+`, "e:b\no:c\ne:b\no:c\n"},
+		{"Fork", `
+import os, sys, warnings
+warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+for i in range(N):
+    pid = os.fork()
+    if pid == 0:
+        os.write(2, b'b\n')
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print('c', flush=True)
+`, "e:b\no:c\n"},
+		{"BackgroundChild", `
+import subprocess, sys, time
+for i in range(N):
+    p = subprocess.Popen(['sh', '-c', 'echo b >&2'])
+    while p.poll() is None:
+        time.sleep(0.001)
+    print('c', flush=True)
+`, "e:b\no:c\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := exec1(t, s, strings.ReplaceAll(c.cell, "range(N)", fmt.Sprintf("range(%d)", n)))
+			if r.out.Error {
+				t.Fatalf("cell failed: %q", r.stderr())
+			}
+			if got, want := r.streamSeq(), strings.Repeat(c.want, n); got != want {
+				t.Fatalf("order:\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
