@@ -130,6 +130,30 @@ func (s *Stack) answer(q []byte, overTCP bool) []byte {
 		return reply(h, nil, dnsmessage.RCodeFormatError)
 	}
 	question := qs[0]
+	// Only a standard query for one name goes on: not an UPDATE, NOTIFY or
+	// zone transfer, which the host's resolver (often on its loopback, and
+	// trusting it) would act on for the sandbox.
+	if h.OpCode != 0 {
+		return reply(h, &question, dnsmessage.RCodeNotImplemented)
+	}
+	if question.Type == dnsmessage.TypeAXFR || question.Type == dnsmessage.Type(251) /* IXFR */ {
+		return reply(h, &question, dnsmessage.RCodeRefused)
+	}
+	if ans, err := p.AllAnswers(); err != nil || len(ans) != 0 {
+		return reply(h, &question, dnsmessage.RCodeFormatError)
+	}
+	if auth, err := p.AllAuthorities(); err != nil || len(auth) != 0 {
+		return reply(h, &question, dnsmessage.RCodeFormatError)
+	}
+	// What goes to the host's resolver is a query we build from the parsed
+	// question, never the sandbox's bytes.
+	qb := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, RecursionDesired: h.RecursionDesired, CheckingDisabled: h.CheckingDisabled})
+	if qb.StartQuestions() != nil || qb.Question(question) != nil {
+		return reply(h, &question, dnsmessage.RCodeFormatError)
+	}
+	if q, err = qb.Finish(); err != nil {
+		return reply(h, &question, dnsmessage.RCodeFormatError)
+	}
 	pol := s.pol.Load()
 	name := strings.ToLower(strings.TrimSuffix(question.Name.String(), "."))
 	if pol.mode == ModeAllowlist {
