@@ -2,6 +2,8 @@ package egress
 
 import (
 	"net"
+	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,5 +94,28 @@ func TestDNSForwardsOnlyPlainQueries(t *testing.T) {
 	}
 	if qs, err := p.AllQuestions(); err != nil || len(qs) != 1 || qs[0].Name != name {
 		t.Fatalf("forwarded question: %v %v", qs, err)
+	}
+}
+
+// The supervisor's UDP sockets can't broadcast (Go's default can): a
+// datagram to a host subnet's broadcast address would loop back to the
+// host's own services.
+func TestUDPNoBroadcast(t *testing.T) {
+	c, err := dialUDP(netip.MustParseAddrPort("127.0.0.1:9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST) }); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	if v != 0 {
+		t.Fatalf("SO_BROADCAST = %d, want 0", v)
 	}
 }

@@ -196,6 +196,10 @@ var (
 	alwaysBlocked = mustPrefixes(
 		"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4", // 240/4 includes 255.255.255.255
 		"::/128", "::1/128", "fe80::/10", "ff00::/8",
+		// Cloud metadata and host-agent services outside link-local:
+		// Azure's WireServer, Alibaba's metadata, AWS's IPv6 metadata
+		// (blocked even with AllowPrivate, which would open the last two).
+		"168.63.129.16/32", "100.100.100.200/32", "fd00:ec2::254/128",
 	)
 	privateRanges = mustPrefixes(
 		"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7",

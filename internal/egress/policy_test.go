@@ -78,6 +78,15 @@ func TestCheck(t *testing.T) {
 	if got, _ := priv.check(netip.MustParseAddr("10.0.0.1"), &host, &pins); got != direct {
 		t.Errorf("AllowPrivate: 10.0.0.1 = %v", got)
 	}
+	// Cloud metadata outside link-local stays refused, with AllowPrivate
+	// too: Azure's WireServer (and its NAT64 form), Alibaba's, AWS's IPv6.
+	for _, ip := range []string{"168.63.129.16", "64:ff9b::a83f:8110", "100.100.100.200", "fd00:ec2::254"} {
+		for _, c := range []*compiled{all, priv} {
+			if got, why := c.check(netip.MustParseAddr(ip), &host, &pins); got != refuse {
+				t.Errorf("metadata %s = %v (%s), want refused", ip, got, why)
+			}
+		}
+	}
 	// Every address of the host itself is refused, private or not.
 	if got, _ := priv.check(netip.MustParseAddr("127.0.0.1"), &host, &pins); got != refuse {
 		t.Errorf("AllowPrivate: loopback = %v", got)

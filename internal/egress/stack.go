@@ -333,7 +333,7 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) bool {
 		s.logf("egress: refused udp %s: %d flows open", dst, maxUDPFlows)
 		return false
 	}
-	up, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+	up, err := dialUDP(dst)
 	if err != nil {
 		<-s.udpFlows
 		return false
@@ -385,4 +385,24 @@ func relayUDP(down *gonet.UDPConn, up *net.UDPConn) {
 	go pump(up, down)
 	pump(down, up)
 	<-done
+}
+
+// dialUDP dials dst with SO_BROADCAST off. Go turns it on for UDP sockets:
+// a datagram to a host subnet's broadcast address would then go out and
+// loop back to the host's own listeners. Off, such a send fails.
+func dialUDP(dst netip.AddrPort) (*net.UDPConn, error) {
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_BROADCAST, 0)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("udp", dst.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.UDPConn), nil
 }
