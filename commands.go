@@ -8,11 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
-	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
-	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
 )
 
 // maxCommandOutput bounds what Run accumulates per stream; past it output is
@@ -68,15 +64,11 @@ func OnCommandStdout(f func([]byte)) CommandOption { return func(o *cmdOptions) 
 // OnCommandStderr is called live with every stderr chunk.
 func OnCommandStderr(f func([]byte)) CommandOption { return func(o *cmdOptions) { o.onStderr = f } }
 
-func (c *Commands) rpc() (processconnect.ProcessClient, error) {
+func (c *Commands) rpc() (*client.Client, error) {
 	if !c.s.variant.Capabilities().Commands {
 		return nil, fmt.Errorf("commands: %w (%s)", ErrNotSupported, c.s.variant.Name())
 	}
-	cl, err := c.s.conn()
-	if err != nil {
-		return nil, err
-	}
-	return cl.Process(), nil
+	return c.s.conn()
 }
 
 // Run runs cmd with /bin/bash -l -c and waits for it. A non-zero exit is not
@@ -116,7 +108,7 @@ const commandKillWait = 5 * time.Second
 type CommandHandle struct {
 	Pid    uint32
 	c      *Commands
-	rpc    processconnect.ProcessClient
+	rpc    *client.Client
 	done   chan struct{}
 	res    CommandResult
 	err    error
@@ -140,98 +132,64 @@ func (c *Commands) Start(ctx context.Context, cmd string, opts ...CommandOption)
 	if o.cwd == "" {
 		o.cwd = c.s.spec.WorkingDir
 	}
-	req := &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: o.env}}
-	if o.cwd != "" {
-		req.Process.Cwd = &o.cwd
-	}
-	req.Stdin = &o.stdin
-	if o.tag != "" {
-		req.Tag = &o.tag
-	}
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if o.timeout > 0 {
 		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
 	}
-	stream, err := rpc.Start(sctx, connect.NewRequest(req))
+	stream, err := rpc.StartProcess(sctx, client.StartOptions{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd},
+		Env: o.env, Cwd: o.cwd, Stdin: o.stdin, Tag: o.tag})
 	if err != nil {
 		cancel()
-		return nil, client.ConnectError("start command", err)
+		return nil, err
 	}
-	if !stream.Receive() {
-		cancel()
-		err := stream.Err()
-		if err == nil {
-			err = errors.New("the stream ended before the start event")
-		}
-		return nil, client.ConnectError("start command", err)
-	}
-	st := stream.Msg().GetEvent().GetStart()
-	if st == nil {
-		cancel()
-		return nil, fmt.Errorf("start command: %w: expected a start event first", ErrUnavailable)
-	}
-	h := &CommandHandle{Pid: st.GetPid(), c: c, rpc: rpc, done: make(chan struct{}), cancel: cancel}
+	h := &CommandHandle{Pid: stream.Pid, c: c, rpc: rpc, done: make(chan struct{}), cancel: cancel}
 	go h.pump(stream, o)
 	return h, nil
 }
 
-func (h *CommandHandle) pump(stream *connect.ServerStreamForClient[processpb.StartResponse], o cmdOptions) {
+func (h *CommandHandle) pump(stream *client.ProcessStream, o cmdOptions) {
 	defer close(h.done)
 	defer h.cancel()
 	defer stream.Close()
-	gotEnd := false
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil {
-			h.mu.Lock()
-			if b := d.GetStdout(); len(b) > 0 {
-				if h.stdout.Len()+len(b) <= maxCommandOutput {
-					h.stdout.Write(b)
-				} else {
-					h.res.Truncated = true
-				}
-				h.mu.Unlock()
-				if o.onStdout != nil {
-					o.onStdout(b)
-				}
-				continue
-			}
-			if b := d.GetStderr(); len(b) > 0 {
-				if h.stderr.Len()+len(b) <= maxCommandOutput {
-					h.stderr.Write(b)
-				} else {
-					h.res.Truncated = true
-				}
-				h.mu.Unlock()
-				if o.onStderr != nil {
-					o.onStderr(b)
-				}
-				continue
-			}
-			if b := d.GetPty(); len(b) > 0 {
-				if h.stdout.Len()+len(b) <= maxCommandOutput {
-					h.stdout.Write(b)
-				}
-				h.mu.Unlock()
-				if o.onStdout != nil {
-					o.onStdout(b)
-				}
-				continue
-			}
-			h.mu.Unlock()
+	keep := func(b *strings.Builder, p []byte) {
+		if b.Len()+len(p) <= maxCommandOutput {
+			b.Write(p)
+		} else {
+			h.res.Truncated = true
 		}
-		if e := ev.GetEnd(); e != nil {
-			h.mu.Lock()
-			h.res.ExitCode = int(e.GetExitCode())
-			h.res.Error = e.GetError()
-			h.mu.Unlock()
+	}
+	gotEnd := false
+	for {
+		ev, ok := stream.Next()
+		if !ok {
+			break
+		}
+		h.mu.Lock()
+		switch {
+		case ev.End:
+			h.res.ExitCode, h.res.Error = ev.ExitCode, ev.Error
 			gotEnd = true
+		case len(ev.Stdout) > 0:
+			keep(&h.stdout, ev.Stdout)
+		case len(ev.Stderr) > 0:
+			keep(&h.stderr, ev.Stderr)
+		case len(ev.Pty) > 0:
+			keep(&h.stdout, ev.Pty)
+		}
+		h.mu.Unlock()
+		switch {
+		case len(ev.Stdout) > 0 && o.onStdout != nil:
+			o.onStdout(ev.Stdout)
+		case len(ev.Pty) > 0 && o.onStdout != nil:
+			o.onStdout(ev.Pty)
+		case len(ev.Stderr) > 0 && o.onStderr != nil:
+			o.onStderr(ev.Stderr)
 		}
 	}
 	// Without an end event there is no exit code: -1, never a clean 0.
 	if err := stream.Err(); err != nil && !gotEnd {
 		h.res.ExitCode = -1
-		h.err = client.ConnectError("command", err)
+		h.err = err
 	} else if !gotEnd {
 		h.res.ExitCode = -1
 		h.err = fmt.Errorf("command: %w: the process stream ended without a result", ErrUnavailable)
@@ -248,42 +206,37 @@ func (h *CommandHandle) Wait() (*CommandResult, error) {
 	return &r, h.err
 }
 
-func (h *CommandHandle) sel() *processpb.ProcessSelector {
-	return &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: h.Pid}}
-}
-
 // SendStdin writes to the command's stdin (start it with CommandStdin).
 func (h *CommandHandle) SendStdin(ctx context.Context, data []byte) error {
-	_, err := h.rpc.SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: h.sel(), Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data}}}))
-	return client.ConnectError("send stdin", err)
+	return h.rpc.SendStdin(ctx, h.Pid, data)
 }
 
 // CloseStdin closes the command's stdin (EOF).
 func (h *CommandHandle) CloseStdin(ctx context.Context) error {
-	_, err := h.rpc.CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: h.sel()}))
-	return client.ConnectError("close stdin", err)
+	return h.rpc.CloseStdin(ctx, h.Pid)
 }
 
+// Signal is what Signal sends: SIGTERM or SIGKILL (what envd delivers).
+type Signal = client.Signal
+
+// The signals a command can be sent.
+const (
+	SIGTERM = client.SIGTERM
+	SIGKILL = client.SIGKILL
+)
+
 // Signal sends SIGTERM or SIGKILL.
-func (h *CommandHandle) Signal(ctx context.Context, sig processpb.Signal) error {
-	_, err := h.rpc.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: h.sel(), Signal: sig}))
-	return client.ConnectError("signal", err)
+func (h *CommandHandle) Signal(ctx context.Context, sig Signal) error {
+	return h.rpc.SignalProcess(ctx, h.Pid, sig)
 }
 
 // Kill sends SIGKILL to the command.
 func (h *CommandHandle) Kill(ctx context.Context) error {
-	return h.Signal(ctx, processpb.Signal_SIGNAL_SIGKILL)
+	return h.Signal(ctx, SIGKILL)
 }
 
 // ProcessInfo describes a running process.
-type ProcessInfo struct {
-	Pid  uint32
-	Tag  string
-	Cmd  string
-	Args []string
-	Envs map[string]string
-	Cwd  string
-}
+type ProcessInfo = client.ProcessInfo
 
 // List lists the processes started through Commands that still run.
 func (c *Commands) List(ctx context.Context) ([]ProcessInfo, error) {
@@ -291,16 +244,7 @@ func (c *Commands) List(ctx context.Context) ([]ProcessInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := rpc.List(ctx, connect.NewRequest(&processpb.ListRequest{}))
-	if err != nil {
-		return nil, client.ConnectError("list processes", err)
-	}
-	var out []ProcessInfo
-	for _, p := range resp.Msg.GetProcesses() {
-		cfg := p.GetConfig()
-		out = append(out, ProcessInfo{Pid: p.GetPid(), Tag: p.GetTag(), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Envs: cfg.GetEnvs(), Cwd: cfg.GetCwd()})
-	}
-	return out, nil
+	return rpc.ListProcesses(ctx)
 }
 
 // KillProcess kills a process by pid; false if there was none.
@@ -309,13 +253,12 @@ func (c *Commands) KillProcess(ctx context.Context, pid uint32) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	_, err = rpc.SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{
-		Process: &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: pid}}, Signal: processpb.Signal_SIGNAL_SIGKILL}))
-	if connect.CodeOf(err) == connect.CodeNotFound {
+	err = rpc.SignalProcess(ctx, pid, SIGKILL)
+	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
-		return false, client.ConnectError("kill process", err)
+		return false, fmt.Errorf("kill process: %w", err)
 	}
 	return true, nil
 }

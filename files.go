@@ -6,14 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"time"
-
-	"connectrpc.com/connect"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
-	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
-	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem/filesystemconnect"
 )
 
 // Files reads and writes the sandbox's files (E2B's envd /files and
@@ -24,50 +18,14 @@ type Files struct{ s *Sandbox }
 func (s *Sandbox) Files() *Files { return &Files{s: s} }
 
 // EntryInfo describes a file or directory.
-type EntryInfo struct {
-	Name          string      `json:"name"`
-	Path          string      `json:"path"`
-	Type          string      `json:"type"` // file, dir or symlink
-	Size          int64       `json:"size"`
-	Mode          os.FileMode `json:"mode"`
-	Permissions   string      `json:"permissions"`
-	Owner         string      `json:"owner"`
-	Group         string      `json:"group"`
-	ModifiedTime  time.Time   `json:"modified_time"`
-	SymlinkTarget string      `json:"symlink_target,omitempty"`
-}
+type EntryInfo = client.Entry
 
-func entryOf(e *fspb.EntryInfo) EntryInfo {
-	t := ""
-	// envd sends permission bits only; the type bits come from the entry's
-	// type, so Mode.IsDir() and Mode.String() ("drwxr-xr-x") are right.
-	mode := os.FileMode(e.GetMode()) & os.ModePerm
-	switch e.GetType() {
-	case fspb.FileType_FILE_TYPE_FILE:
-		t = "file"
-	case fspb.FileType_FILE_TYPE_DIRECTORY:
-		t = "dir"
-		mode |= os.ModeDir
-	case fspb.FileType_FILE_TYPE_SYMLINK:
-		t = "symlink"
-		mode |= os.ModeSymlink
+// check says whether the variant has files, and gives the agent client.
+func (f *Files) check(what string, capable bool) (*client.Client, error) {
+	if !capable {
+		return nil, fmt.Errorf("%s: %w (%s)", what, ErrNotSupported, f.s.variant.Name())
 	}
-	return EntryInfo{Name: e.GetName(), Path: e.GetPath(), Type: t, Size: e.GetSize(), Mode: mode,
-		Permissions: e.GetPermissions(), Owner: e.GetOwner(), Group: e.GetGroup(),
-		ModifiedTime: e.GetModifiedTime().AsTime(), SymlinkTarget: e.GetSymlinkTarget()}
-}
-
-func (f *Files) rpc() (filesystemconnect.FilesystemClient, error) {
-	if !f.s.variant.Capabilities().Files {
-		return nil, fmt.Errorf("files: %w (%s)", ErrNotSupported, f.s.variant.Name())
-	}
-	cl, err := f.s.conn()
-	if err != nil {
-		return nil, err
-	}
-	// A hostile sandbox could answer a listing with any number of entries:
-	// the message size is bounded.
-	return cl.Filesystem(connect.WithReadMaxBytes(MaxListBytes)), nil
+	return f.s.conn()
 }
 
 // Read streams a file; close the reader.
@@ -85,7 +43,7 @@ const MaxReadBytes = 1 << 30
 
 // MaxListBytes bounds one filesystem answer (List, Stat...) from a sandbox:
 // 64 MiB is several hundred thousand entries.
-const MaxListBytes = 64 << 20
+const MaxListBytes = client.MaxListBytes
 
 // ReadBytes reads a whole file of at most MaxReadBytes (a larger one is
 // ErrInvalidInput: use Read to stream it).
@@ -122,35 +80,20 @@ func (f *Files) WriteBytes(ctx context.Context, path string, b []byte) error {
 
 // List lists a directory, descending depth levels (1 = its entries only).
 func (f *Files) List(ctx context.Context, path string, depth int) ([]EntryInfo, error) {
-	rpc, err := f.rpc()
+	cl, err := f.check("files", f.s.variant.Capabilities().Files)
 	if err != nil {
 		return nil, err
 	}
-	if depth < 1 {
-		depth = 1
-	}
-	resp, err := rpc.ListDir(ctx, connect.NewRequest(&fspb.ListDirRequest{Path: path, Depth: uint32(depth)}))
-	if err != nil {
-		return nil, client.ConnectError("list "+path, err)
-	}
-	out := make([]EntryInfo, 0, len(resp.Msg.GetEntries()))
-	for _, e := range resp.Msg.GetEntries() {
-		out = append(out, entryOf(e))
-	}
-	return out, nil
+	return cl.ListDir(ctx, path, depth)
 }
 
 // Stat describes a path.
 func (f *Files) Stat(ctx context.Context, path string) (EntryInfo, error) {
-	rpc, err := f.rpc()
+	cl, err := f.check("files", f.s.variant.Capabilities().Files)
 	if err != nil {
 		return EntryInfo{}, err
 	}
-	resp, err := rpc.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: path}))
-	if err != nil {
-		return EntryInfo{}, client.ConnectError("stat "+path, err)
-	}
-	return entryOf(resp.Msg.GetEntry()), nil
+	return cl.Stat(ctx, path)
 }
 
 // Exists reports whether path exists.
@@ -164,48 +107,34 @@ func (f *Files) Exists(ctx context.Context, path string) (bool, error) {
 
 // MakeDir creates a directory and its parents; false if it already existed.
 func (f *Files) MakeDir(ctx context.Context, path string) (bool, error) {
-	rpc, err := f.rpc()
+	cl, err := f.check("files", f.s.variant.Capabilities().Files)
 	if err != nil {
 		return false, err
 	}
-	_, err = rpc.MakeDir(ctx, connect.NewRequest(&fspb.MakeDirRequest{Path: path}))
-	if connect.CodeOf(err) == connect.CodeAlreadyExists {
-		return false, nil
-	}
-	if err != nil {
-		return false, client.ConnectError("mkdir "+path, err)
-	}
-	return true, nil
+	return cl.MakeDir(ctx, path)
 }
 
 // Remove removes a file or a directory tree; a missing path is not an error.
 func (f *Files) Remove(ctx context.Context, path string) error {
-	rpc, err := f.rpc()
+	cl, err := f.check("files", f.s.variant.Capabilities().Files)
 	if err != nil {
 		return err
 	}
-	_, err = rpc.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: path}))
-	return client.ConnectError("remove "+path, err)
+	return cl.Remove(ctx, path)
 }
 
 // Rename moves a file or directory.
 func (f *Files) Rename(ctx context.Context, from, to string) (EntryInfo, error) {
-	rpc, err := f.rpc()
+	cl, err := f.check("files", f.s.variant.Capabilities().Files)
 	if err != nil {
 		return EntryInfo{}, err
 	}
-	resp, err := rpc.Move(ctx, connect.NewRequest(&fspb.MoveRequest{Source: from, Destination: to}))
-	if err != nil {
-		return EntryInfo{}, client.ConnectError("rename "+from, err)
-	}
-	return entryOf(resp.Msg.GetEntry()), nil
+	return cl.Move(ctx, from, to)
 }
 
-// FileEvent is a change in a watched directory.
-type FileEvent struct {
-	Name string // relative to the watched directory
-	Type string // create, write, remove, rename, chmod
-}
+// FileEvent is a change in a watched directory: Name (relative to it) and
+// Type (create, write, remove, rename, chmod).
+type FileEvent = client.FileEvent
 
 // Watch streams changes under dir to fn until ctx ends. It returns once the
 // watch is established; the returned function waits for it to end and gives
@@ -214,48 +143,9 @@ func (f *Files) Watch(ctx context.Context, dir string, recursive bool, fn func(F
 	if !f.s.variant.Capabilities().Watch {
 		return nil, fmt.Errorf("watch: %w (%s)", ErrNotSupported, f.s.variant.Name())
 	}
-	rpc, err := f.rpc()
+	cl, err := f.check("files", f.s.variant.Capabilities().Files)
 	if err != nil {
 		return nil, err
 	}
-	stream, err := rpc.WatchDir(ctx, connect.NewRequest(&fspb.WatchDirRequest{Path: dir, Recursive: recursive}))
-	if err != nil {
-		return nil, client.ConnectError("watch "+dir, err)
-	}
-	if !stream.Receive() || stream.Msg().GetStart() == nil {
-		err := stream.Err()
-		stream.Close()
-		if err == nil {
-			err = fmt.Errorf("%w: expected a start event", ErrUnavailable)
-		}
-		return nil, client.ConnectError("watch "+dir, err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer stream.Close()
-		for stream.Receive() {
-			if ev := stream.Msg().GetFilesystem(); ev != nil {
-				t := ""
-				switch ev.GetType() {
-				case fspb.EventType_EVENT_TYPE_CREATE:
-					t = "create"
-				case fspb.EventType_EVENT_TYPE_WRITE:
-					t = "write"
-				case fspb.EventType_EVENT_TYPE_REMOVE:
-					t = "remove"
-				case fspb.EventType_EVENT_TYPE_RENAME:
-					t = "rename"
-				case fspb.EventType_EVENT_TYPE_CHMOD:
-					t = "chmod"
-				}
-				fn(FileEvent{Name: ev.GetName(), Type: t})
-			}
-		}
-		err := stream.Err()
-		if ctx.Err() != nil {
-			err = nil
-		}
-		done <- err
-	}()
-	return func() error { return <-done }, nil
+	return cl.WatchDir(ctx, dir, recursive, fn)
 }

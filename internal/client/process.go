@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"connectrpc.com/connect"
-
-	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -18,28 +15,27 @@ const maxRunOutput = 1 << 20
 // with env added and in cwd ("" = the default), and returns its exit code and
 // combined output (bounded). Launchers use it for set-up steps such as pip.
 func (c *Client) RunProcess(ctx context.Context, cmd string, args []string, env map[string]string, cwd string) (int, string, error) {
-	pc := &processpb.ProcessConfig{Cmd: cmd, Args: args, Envs: env}
-	if cwd != "" {
-		pc.Cwd = &cwd
-	}
-	stream, err := c.Process().Start(ctx, connect.NewRequest(&processpb.StartRequest{Process: pc}))
+	p, err := c.StartProcess(ctx, StartOptions{Cmd: cmd, Args: args, Env: env, Cwd: cwd})
 	if err != nil {
 		return 0, "", err
 	}
-	defer stream.Close()
+	defer p.Close()
 	var out strings.Builder
 	code, ended := 0, false
-	for stream.Receive() {
-		ev := stream.Msg().GetEvent()
-		if d := ev.GetData(); d != nil && out.Len() < maxRunOutput {
-			out.Write(d.GetStdout())
-			out.Write(d.GetStderr())
+	for {
+		ev, ok := p.Next()
+		if !ok {
+			break
 		}
-		if e := ev.GetEnd(); e != nil {
-			code, ended = int(e.GetExitCode()), true
+		if out.Len() < maxRunOutput {
+			out.Write(ev.Stdout)
+			out.Write(ev.Stderr)
+		}
+		if ev.End {
+			code, ended = ev.ExitCode, true
 		}
 	}
-	if err := stream.Err(); err != nil {
+	if err := p.Err(); err != nil {
 		return 0, out.String(), err
 	}
 	if !ended {

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	processpb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+// StartOptions describe a process to start through envd.
+type StartOptions struct {
+	Cmd   string
+	Args  []string
+	Env   map[string]string
+	Cwd   string // "" = the default
+	Stdin bool   // keep stdin open for SendStdin
+	Tag   string // "" = none
+}
+
+// ProcessEvent is one event of a running process: output, or its end.
+type ProcessEvent struct {
+	Stdout, Stderr, Pty []byte
+	End                 bool
+	ExitCode            int
+	Error               string // e.g. "signal: killed"
+}
+
+// ProcessStream is a started process's event stream.
+type ProcessStream struct {
+	Pid    uint32
+	stream *connect.ServerStreamForClient[processpb.StartResponse]
+}
+
+// StartProcess starts a process and returns once envd says it runs (its
+// start event). ctx bounds the whole stream: its deadline is the
+// process's lifetime, as envd's Connect-Timeout-Ms.
+func (c *Client) StartProcess(ctx context.Context, o StartOptions) (*ProcessStream, error) {
+	req := &processpb.StartRequest{Process: &processpb.ProcessConfig{Cmd: o.Cmd, Args: o.Args, Envs: o.Env}}
+	if o.Cwd != "" {
+		req.Process.Cwd = &o.Cwd
+	}
+	req.Stdin = &o.Stdin
+	if o.Tag != "" {
+		req.Tag = &o.Tag
+	}
+	stream, err := c.Process().Start(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, ConnectError("start command", err)
+	}
+	if !stream.Receive() {
+		err := stream.Err()
+		stream.Close()
+		if err == nil {
+			err = errors.New("the stream ended before the start event")
+		}
+		return nil, ConnectError("start command", err)
+	}
+	st := stream.Msg().GetEvent().GetStart()
+	if st == nil {
+		stream.Close()
+		return nil, fmt.Errorf("start command: %w: expected a start event first", sberr.ErrUnavailable)
+	}
+	return &ProcessStream{Pid: st.GetPid(), stream: stream}, nil
+}
+
+// Next waits for the next event; false when the stream has ended (see Err).
+// Keepalives are skipped.
+func (p *ProcessStream) Next() (ProcessEvent, bool) {
+	for p.stream.Receive() {
+		ev := p.stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			if b := d.GetStdout(); len(b) > 0 {
+				return ProcessEvent{Stdout: b}, true
+			}
+			if b := d.GetStderr(); len(b) > 0 {
+				return ProcessEvent{Stderr: b}, true
+			}
+			if b := d.GetPty(); len(b) > 0 {
+				return ProcessEvent{Pty: b}, true
+			}
+			continue
+		}
+		if e := ev.GetEnd(); e != nil {
+			return ProcessEvent{End: true, ExitCode: int(e.GetExitCode()), Error: e.GetError()}, true
+		}
+	}
+	return ProcessEvent{}, false
+}
+
+// Err is why the stream ended (nil after a clean end).
+func (p *ProcessStream) Err() error { return ConnectError("command", p.stream.Err()) }
+
+// Close drops the stream (the process goes on unless its context ended).
+func (p *ProcessStream) Close() error { return p.stream.Close() }
+
+func pidSelector(pid uint32) *processpb.ProcessSelector {
+	return &processpb.ProcessSelector{Selector: &processpb.ProcessSelector_Pid{Pid: pid}}
+}
+
+// SendStdin writes to a process's stdin.
+func (c *Client) SendStdin(ctx context.Context, pid uint32, data []byte) error {
+	_, err := c.Process().SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: pidSelector(pid), Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data}}}))
+	return ConnectError("send stdin", err)
+}
+
+// CloseStdin closes a process's stdin (EOF).
+func (c *Client) CloseStdin(ctx context.Context, pid uint32) error {
+	_, err := c.Process().CloseStdin(ctx, connect.NewRequest(&processpb.CloseStdinRequest{Process: pidSelector(pid)}))
+	return ConnectError("close stdin", err)
+}
+
+// Signal is a signal envd delivers: SIGTERM or SIGKILL.
+type Signal int32
+
+// The signals envd knows.
+const (
+	SIGTERM = Signal(processpb.Signal_SIGNAL_SIGTERM)
+	SIGKILL = Signal(processpb.Signal_SIGNAL_SIGKILL)
+)
+
+// SignalProcess sends sig to a process; ErrNotFound if there is none.
+func (c *Client) SignalProcess(ctx context.Context, pid uint32, sig Signal) error {
+	_, err := c.Process().SendSignal(ctx, connect.NewRequest(&processpb.SendSignalRequest{Process: pidSelector(pid), Signal: processpb.Signal(sig)}))
+	return ConnectError("signal", err)
+}
+
+// ProcessInfo describes a running process.
+type ProcessInfo struct {
+	Pid  uint32
+	Tag  string
+	Cmd  string
+	Args []string
+	Envs map[string]string
+	Cwd  string
+}
+
+// ListProcesses lists the processes started through envd that still run.
+func (c *Client) ListProcesses(ctx context.Context) ([]ProcessInfo, error) {
+	resp, err := c.Process().List(ctx, connect.NewRequest(&processpb.ListRequest{}))
+	if err != nil {
+		return nil, ConnectError("list processes", err)
+	}
+	var out []ProcessInfo
+	for _, p := range resp.Msg.GetProcesses() {
+		cfg := p.GetConfig()
+		out = append(out, ProcessInfo{Pid: p.GetPid(), Tag: p.GetTag(), Cmd: cfg.GetCmd(), Args: cfg.GetArgs(), Envs: cfg.GetEnvs(), Cwd: cfg.GetCwd()})
+	}
+	return out, nil
+}
