@@ -102,7 +102,7 @@ func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []
 	if err != nil {
 		return err
 	}
-	return updateNetwork(i.dir, i.id, info.Network, network, allowed, allowPrivate)
+	return updateNetwork(ctx, i.dir, i.id, info.Network, network, allowed, allowPrivate)
 }
 
 // SetTimeout implements driver.Instance: the agent restarts its countdown,

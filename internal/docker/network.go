@@ -205,7 +205,10 @@ func runNetwork() int {
 			}
 			if err != nil {
 				st.Logf("egress: policy update refused: %v", err)
+				_ = egress.WriteApplied(spec.Dir, "error: "+err.Error())
+				continue
 			}
+			_ = egress.WriteApplied(spec.Dir, egress.Digest(p))
 		}
 	}()
 	report("ok")
@@ -229,7 +232,7 @@ func runNetwork() int {
 
 // updateNetwork is UpdateNetwork for a docker sandbox (see the local
 // variant's): the new policy in the directory, SIGUSR1 to the supervisor.
-func updateNetwork(dir, id, created, network string, allowed []string, allowPrivate bool) error {
+func updateNetwork(ctx context.Context, dir, id, created, network string, allowed []string, allowPrivate bool) error {
 	if (created == "none") != (network == "none") {
 		return fmt.Errorf("%w: sandbox %s was created with network %s; a running sandbox can switch between all and allowlist only (create a new one)", sberr.ErrNotSupported, id, created)
 	}
@@ -257,7 +260,14 @@ func updateNetwork(dir, id, created, network string, allowed []string, allowPriv
 	if err := writeFileAtomic(filepath.Join(dir, netPolicyFile), p); err != nil {
 		return err
 	}
-	return syscall.Kill(pid, syscall.SIGUSR1)
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	// Return once the policy is in force, not merely asked for.
+	if err := egress.WaitApplied(ctx, dir, p); err != nil {
+		return fmt.Errorf("%w: sandbox %s: %w", sberr.ErrUnavailable, id, err)
+	}
+	return nil
 }
 
 func exited(pfd int) bool {

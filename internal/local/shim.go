@@ -200,9 +200,13 @@ func runShim() int {
 		go func() {
 			for range usr1 {
 				if cur, err := readRecord(dir); err == nil {
-					if err := netw.SetPolicy(policyOf(cur.Network, cur.AllowedHosts, cur.AllowPrivate)); err != nil {
+					p := policyOf(cur.Network, cur.AllowedHosts, cur.AllowPrivate)
+					if err := netw.SetPolicy(p); err != nil {
 						netw.Logf("egress: policy update refused: %v", err)
+						_ = egress.WriteApplied(dir, "error: "+err.Error())
+						continue
 					}
+					_ = egress.WriteApplied(dir, egress.Digest(p))
 				}
 			}
 		}()

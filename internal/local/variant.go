@@ -328,7 +328,14 @@ func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []
 	if !r.alive() {
 		return fmt.Errorf("sandbox %s: %w", r.ID, sberr.ErrNotFound)
 	}
-	return syscall.Kill(r.ShimPid, syscall.SIGUSR1)
+	if err := syscall.Kill(r.ShimPid, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	// Return once the policy is in force, not merely asked for.
+	if err := egress.WaitApplied(ctx, i.dir(), policyOf(network, allowed, allowPrivate)); err != nil {
+		return fmt.Errorf("%w: sandbox %s: %w", sberr.ErrUnavailable, r.ID, err)
+	}
+	return nil
 }
 
 // checkNetwork validates a network policy for the local variant.
