@@ -82,7 +82,8 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		return nil, fmt.Errorf("%w (full log: %s)", err, failed)
 	}
 	b := &Build{ID: id, Name: spec.Name, Description: spec.Description, Base: bl.baseDesc(),
-		CreatedAt: time.Now().UTC(), Env: spec.Env, Host: spec.Base.Host}
+		CreatedAt: time.Now().UTC(), Env: spec.allEnv(), Host: spec.Base.Host}
+	b.Workdir, b.User = spec.lastWorkdirUser()
 	if !b.Host {
 		b.SizeBytes = treeSize(bl.rootfs)
 	}
@@ -189,6 +190,7 @@ func (b *builder) run(ctx context.Context) error {
 		{"sandbox contract: user 1000, mount points", false, b.contract},
 		{"install the pip lock with --require-hashes", sp.Pip == nil, b.pipInstall},
 		{"write files and the manifest", false, b.files},
+		{fmt.Sprintf("template steps (%d)", len(sp.Steps)), len(sp.Steps) == 0, b.runSteps},
 		{"check python3", false, b.checkPython},
 	}
 	n := 0
