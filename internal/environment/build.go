@@ -27,6 +27,9 @@ type BuildOptions struct {
 	Progress io.Writer
 	// Force rebuilds even when a build with the same id exists.
 	Force bool
+	// Log, when set, receives the full build log (step headers and every
+	// command's output) as it is written, besides the log file.
+	Log io.Writer
 }
 
 // Build builds spec (or finds the cached build with the same id) and points
@@ -72,6 +75,10 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 	bl := &builder{spec: spec, in: in, id: id, work: work, rootfs: filepath.Join(work, "rootfs"), p: p}
 	if bl.log, err = os.Create(filepath.Join(work, "build.log")); err != nil {
 		return nil, err
+	}
+	bl.logw = bl.log
+	if opt.Log != nil {
+		bl.logw = io.MultiWriter(bl.log, opt.Log)
 	}
 	defer bl.log.Close()
 	p.linef("environment %s: building %s (%s)", spec.Name, id[:12], bl.baseDesc())
@@ -156,6 +163,7 @@ type builder struct {
 	id           string
 	work, rootfs string
 	log          *os.File
+	logw         io.Writer // log, and BuildOptions.Log
 	p            *progress
 }
 
@@ -206,7 +214,7 @@ func (b *builder) run(ctx context.Context) error {
 		}
 		i++
 		b.p.step(i, n, s.name)
-		fmt.Fprintf(b.log, "== [%d/%d] %s\n", i, n, s.name)
+		fmt.Fprintf(b.logw, "== [%d/%d] %s\n", i, n, s.name)
 		if err := s.fn(ctx); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w: %s: %w", ErrBuildFailed, s.name, ctx.Err())
@@ -313,7 +321,7 @@ func (b *builder) command(ctx context.Context, argv, env []string) error {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}
 	}
 	tail := &tailBuffer{max: 8 << 10}
-	cmd.Stdout = io.MultiWriter(b.log, tail, b.p.activity())
+	cmd.Stdout = io.MultiWriter(b.logw, tail, b.p.activity())
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

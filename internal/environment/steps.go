@@ -180,11 +180,11 @@ func (b *builder) runSteps(ctx context.Context) error {
 			if s.User != "" {
 				user = s.User
 			}
-			fmt.Fprintf(b.log, "-- step %d: RUN (as %s) %s\n", i+1, user, s.Run)
+			fmt.Fprintf(b.logw, "-- step %d: RUN (as %s) %s\n", i+1, user, s.Run)
 			b.p.linef("    step %d: RUN %s", i+1, oneLine(s.Run, 100))
 			err = b.runAs(ctx, st, user, s.Run)
 		case s.Copy != nil:
-			fmt.Fprintf(b.log, "-- step %d: COPY %s %s\n", i+1, s.Copy.Src, s.Copy.Dest)
+			fmt.Fprintf(b.logw, "-- step %d: COPY %s %s\n", i+1, s.Copy.Src, s.Copy.Dest)
 			b.p.linef("    step %d: COPY %s %s", i+1, s.Copy.Src, s.Copy.Dest)
 			err = b.copyStep(st, s.Copy)
 		case s.Env != nil:
@@ -566,3 +566,7 @@ func (s *Spec) lastWorkdirUser() (workdir, user string) {
 	}
 	return workdir, user
 }
+
+// Validate checks a spec built in code (ReadSpec and ParseSpec validate
+// what they parse).
+func Validate(s *Spec) error { return s.validate() }

@@ -1,0 +1,263 @@
+package e2bserver
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+)
+
+const otherKey = "e2b_fedcba9876543210fedcba9876543210fedcba98"
+
+// needPython is the default environment store with the built-in python
+// environment built (what template builds start from).
+func needPython(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds environments")
+	}
+	_, err := exec.LookPath("mmdebstrap")
+	sandboxestest.Require(t, os.Geteuid() == 0 && err == nil, "template builds need root and mmdebstrap (make deps)")
+	st, err := environment.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if _, err := st.Ensure(ctx, "python", environment.BuildOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tarGzOf(t *testing.T, files map[string]string) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, content := range files {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
+		_, _ = tw.Write([]byte(content))
+	}
+	_ = tw.Close()
+	_ = gz.Close()
+	return buf.Bytes()
+}
+
+type buildStatusJSON struct {
+	TemplateID string `json:"templateID"`
+	BuildID    string `json:"buildID"`
+	Status     string `json:"status"`
+	LogEntries []struct {
+		Timestamp time.Time `json:"timestamp"`
+		Level     string    `json:"level"`
+		Message   string    `json:"message"`
+	} `json:"logEntries"`
+	Logs   []string `json:"logs"`
+	Reason *struct {
+		Message string `json:"message"`
+		Step    string `json:"step"`
+	} `json:"reason"`
+}
+
+// waitBuild polls the status endpoint as the SDK does, with logsOffset,
+// and returns the last status and every log line.
+func waitBuild(t *testing.T, base, key, tpl, build string) (buildStatusJSON, []string) {
+	t.Helper()
+	var lines []string
+	deadline := time.Now().Add(15 * time.Minute)
+	for time.Now().Before(deadline) {
+		var st buildStatusJSON
+		resp := call(t, "GET", base+"/templates/"+tpl+"/builds/"+build+"/status?logsOffset="+strconv.Itoa(len(lines)), key, "", nil, &st)
+		if resp.StatusCode != 200 {
+			t.Fatalf("status: %d", resp.StatusCode)
+		}
+		for _, e := range st.LogEntries {
+			lines = append(lines, e.Message)
+		}
+		if (st.Status == "ready" || st.Status == "error") && len(st.LogEntries) == 0 {
+			return st, lines
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the build did not finish")
+	return buildStatusJSON{}, nil
+}
+
+// TestTemplateAPI drives E2B's template API with the bytes the npm SDK's
+// Template.build sends: request a build, upload a copy step's files to the
+// signed URL, start the build, poll the status with log offsets, create a
+// sandbox on the template and run code that sees the files, env and run
+// step's output. Another team sees none of it; unsupported steps fail with
+// the reason at their step; a server without --template-builds refuses.
+func TestTemplateAPI(t *testing.T) {
+	needSandboxes(t)
+	needPython(t)
+	_, base := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: "a"}, {Key: otherKey, Team: "b"}}})
+
+	var req struct {
+		TemplateID string   `json:"templateID"`
+		BuildID    string   `json:"buildID"`
+		Names      []string `json:"names"`
+		Tags       []string `json:"tags"`
+	}
+	if resp := call(t, "POST", base+"/v3/templates", testKey, `{"name":"api-test:v1","cpuCount":2,"memoryMB":1024}`, nil, &req); resp.StatusCode != 202 {
+		t.Fatalf("POST /v3/templates: %d", resp.StatusCode)
+	}
+	if req.TemplateID == "" || len(req.BuildID) != 36 || req.Names[0] != "api-test" || req.Tags[0] != "v1" {
+		t.Fatalf("request build answer: %+v", req)
+	}
+	tpl := base + "/templates/" + req.TemplateID
+
+	// Files by hash: not present, upload to the signed URL, then present.
+	hash := strings.Repeat("ab", 32)
+	var link struct {
+		Present bool   `json:"present"`
+		URL     string `json:"url"`
+	}
+	call(t, "GET", tpl+"/files/"+hash, testKey, "", nil, &link)
+	if link.Present || link.URL == "" {
+		t.Fatalf("file link: %+v", link)
+	}
+	archive := tarGzOf(t, map[string]string{"app/hello.txt": "hello from the template\n"})
+	put := func(u string) int {
+		r, _ := http.NewRequest("PUT", u, bytes.NewReader(archive))
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if st := put(strings.Replace(link.URL, "signature=", "signature=00", 1)); st != 403 {
+		t.Errorf("upload with a forged signature: %d, want 403", st)
+	}
+	if st := put(strings.Replace(link.URL, hash, strings.Repeat("cd", 32), 1)); st != 403 {
+		t.Errorf("upload to another hash with this signature: %d, want 403", st)
+	}
+	if st := put(link.URL); st != 200 {
+		t.Fatalf("upload: %d", st)
+	}
+	call(t, "GET", tpl+"/files/"+hash, testKey, "", nil, &link)
+	if !link.Present {
+		t.Error("after the upload the file is not present")
+	}
+
+	// Team b can't see or touch team a's template.
+	wantError(t, "GET", tpl+"/files/"+hash, otherKey, "", 404, "not found")
+	wantError(t, "GET", tpl, otherKey, "", 404, "not found")
+	wantError(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, otherKey, `{}`, 404, "not found")
+	wantError(t, "GET", base+"/templates/aliases/api-test", otherKey, "", 404, "not found")
+
+	body := `{"fromTemplate":"code-interpreter-v1","force":false,"steps":[
+		{"type":"ENV","args":["GREETING","hi"],"force":false},
+		{"type":"WORKDIR","args":["/srv"],"force":false},
+		{"type":"COPY","args":["app","/srv/app","",""],"filesHash":"` + hash + `","force":false},
+		{"type":"RUN","args":["echo \"$GREETING $(id -u)\" > /srv/ran && echo step-output-marker","root"],"force":false}]}`
+	if resp := call(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, body, nil, nil); resp.StatusCode != 202 {
+		t.Fatalf("start build: %d", resp.StatusCode)
+	}
+	wantError(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, body, 409, "already started")
+	st, logs := waitBuild(t, base, testKey, req.TemplateID, req.BuildID)
+	if st.Status != "ready" {
+		t.Fatalf("build: %s %+v\n%s", st.Status, st.Reason, strings.Join(logs, "\n"))
+	}
+	if !strings.Contains(strings.Join(logs, "\n"), "step-output-marker") {
+		t.Errorf("the run step's output is not in the streamed log:\n%s", strings.Join(logs, "\n"))
+	}
+
+	// A sandbox on it, by name and tag: the files, the env and the run
+	// step's result are there.
+	var sb sandboxJSON
+	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"api-test:v1","timeout":120}`, nil, &sb); resp.StatusCode != 201 {
+		t.Fatalf("create on the template: %d", resp.StatusCode)
+	}
+	defer call(t, "DELETE", base+"/sandboxes/"+sb.SandboxID, testKey, "", nil, nil)
+	h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": sb.EnvdAccessToken}
+	r, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import os\nprint(open('/srv/app/hello.txt').read().strip(), '|', open('/srv/ran').read().strip(), '|', os.environ.get('GREETING'))"}`))
+	for k, v := range h {
+		r.Header.Set(k, v)
+	}
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(out), "hello from the template | hi 0 | hi") {
+		t.Errorf("code in the template's sandbox: %s", out)
+	}
+	wantError(t, "POST", base+"/sandboxes", otherKey, `{"templateID":"api-test"}`, 400, "unknown")
+
+	// Listing, aliases, tags.
+	var list []map[string]any
+	call(t, "GET", base+"/templates", testKey, "", nil, &list)
+	if len(list) != 1 || list[0]["templateID"] != req.TemplateID || list[0]["buildID"] != req.BuildID {
+		t.Errorf("list: %v", list)
+	}
+	call(t, "GET", base+"/templates", otherKey, "", nil, &list)
+	if len(list) != 0 {
+		t.Errorf("team b lists team a's templates: %v", list)
+	}
+	if resp := call(t, "GET", base+"/templates/aliases/api-test", testKey, "", nil, nil); resp.StatusCode != 200 {
+		t.Errorf("alias exists: %d", resp.StatusCode)
+	}
+	if resp := call(t, "POST", base+"/templates/tags", testKey, `{"target":"api-test:v1","tags":["prod"]}`, nil, nil); resp.StatusCode != 201 {
+		t.Errorf("assign tags: %d", resp.StatusCode)
+	}
+	var tags []map[string]any
+	call(t, "GET", tpl+"/tags", testKey, "", nil, &tags)
+	if len(tags) != 2 || tags[0]["tag"] != "prod" || tags[0]["buildID"] != req.BuildID {
+		t.Errorf("tags: %v", tags)
+	}
+
+	// Unsupported: a start command, an unknown step type, a COPY whose
+	// files were never uploaded; each fails the build with the reason at
+	// its step (the SDK maps the step to the caller's line).
+	for _, c := range []struct{ body, step, want string }{
+		{`{"fromTemplate":"base","startCmd":"python -m http.server","readyCmd":"sleep 1"}`, "finalize", "start and ready commands"},
+		{`{"fromTemplate":"base","steps":[{"type":"ENV","args":["A","b"]},{"type":"ADD","args":["x"]}]}`, "2", "not supported"},
+		{`{"fromTemplate":"base","steps":[{"type":"COPY","args":["x","/x","",""],"filesHash":"` + strings.Repeat("0", 64) + `"}]}`, "1", "were not uploaded"},
+		{`{"fromImageRegistry":{"type":"registry","username":"u","password":"p"},"fromImage":"x/y"}`, "base", "not supported"},
+		{`{"fromTemplate":"no-such-template"}`, "base", "not found"},
+	} {
+		call(t, "POST", base+"/v3/templates", testKey, `{"name":"api-test-refused"}`, nil, &req)
+		call(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, c.body, nil, nil)
+		st, _ := waitBuild(t, base, testKey, req.TemplateID, req.BuildID)
+		if st.Status != "error" || st.Reason == nil || st.Reason.Step != c.step || !strings.Contains(st.Reason.Message, c.want) {
+			t.Errorf("%s: status %s reason %+v; want error at step %s mentioning %q", c.body, st.Status, st.Reason, c.step, c.want)
+		}
+	}
+
+	if resp := call(t, "DELETE", tpl, testKey, "", nil, nil); resp.StatusCode != 204 {
+		t.Errorf("delete: %d", resp.StatusCode)
+	}
+	if resp := call(t, "GET", base+"/templates/aliases/api-test", testKey, "", nil, nil); resp.StatusCode != 404 {
+		t.Errorf("alias after delete: %d", resp.StatusCode)
+	}
+	if resp := call(t, "DELETE", base+"/templates/"+req.TemplateID, testKey, "", nil, nil); resp.StatusCode != 204 {
+		t.Errorf("delete: %d", resp.StatusCode)
+	}
+}
+
+// TestTemplateBuildsOff: without TemplateBuilds a server runs nobody's
+// build steps, and says how to turn them on.
+func TestTemplateBuildsOff(t *testing.T) {
+	_, base := testServer(t, Options{})
+	wantError(t, "POST", base+"/v3/templates", testKey, `{"name":"x"}`, 403, "--template-builds")
+	var list []any
+	if resp := call(t, "GET", base+"/templates", testKey, "", nil, &list); resp.StatusCode != 200 {
+		t.Errorf("list: %d", resp.StatusCode)
+	}
+}
