@@ -5,16 +5,19 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -38,6 +41,19 @@ func needPython(t *testing.T) {
 	if _, err := st.Ensure(ctx, "python", environment.BuildOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// freshTeam is a team name of this test alone: template state lives in
+// the machine's environment store, beside the python build the tests share.
+func freshTeam(t *testing.T) string {
+	team := "test-" + randomID(12)
+	t.Cleanup(func() {
+		st, err := environment.Open("")
+		if err == nil {
+			_ = os.RemoveAll((&templateStore{dir: filepath.Join(st.Dir, "e2b-templates")}).teamDir(team))
+		}
+	})
+	return team
 }
 
 func tarGzOf(t *testing.T, files map[string]string) []byte {
@@ -102,7 +118,8 @@ func waitBuild(t *testing.T, base, key, tpl, build string) (buildStatusJSON, []s
 func TestTemplateAPI(t *testing.T) {
 	needSandboxes(t)
 	needPython(t)
-	_, base := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: "a"}, {Key: otherKey, Team: "b"}}})
+	a, b := freshTeam(t), freshTeam(t)
+	_, base := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: a}, {Key: otherKey, Team: b}}})
 
 	var req struct {
 		TemplateID string   `json:"templateID"`
@@ -259,5 +276,107 @@ func TestTemplateBuildsOff(t *testing.T) {
 	var list []any
 	if resp := call(t, "GET", base+"/templates", testKey, "", nil, &list); resp.StatusCode != 200 {
 		t.Errorf("list: %d", resp.StatusCode)
+	}
+}
+
+// TestOfficialJSSDKTemplate: the official npm SDK's Template builder
+// against serve (e2e/e2bjs/template.test.mjs): apt, pip (from a loopback
+// index), copy and run steps; a sandbox on the template runs code that
+// sees all of them; a rebuild of the same steps is the cached build and
+// leaves the running sandbox alone; list and delete; an unsupported step
+// is refused with the reason.
+func TestOfficialJSSDKTemplate(t *testing.T) {
+	needSandboxes(t)
+	needPython(t)
+	node, npm := needNode(t)
+	npmCI(t, npm)
+	wheel := testpypi.Wheel(t, "cs_tpl", "1.0", "cs_tpl", "VALUE = 'from-pip'\n")
+	index := testpypi.Serve(t, "cs-tpl", testpypi.FileName("cs_tpl", "1.0"), wheel)
+	_, url := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "template.test.mjs")
+	cmd.Dir = e2bjsDir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+testKey,
+		"E2B_DEBUG=", "E2B_DOMAIN=localhost", "PIP_INDEX="+index)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	var rep sdkReport
+	if err := json.Unmarshal(bytes.TrimSpace(lastLine(stdout.Bytes())), &rep); err != nil {
+		t.Fatalf("node: %v; output not JSON: %v\nstdout: %s\nstderr: %s", runErr, err, stdout.String(), stderr.String())
+	}
+	if !rep.OK || runErr != nil {
+		t.Fatalf("script failed: %v: %s\nsteps: %s\nstderr: %s", runErr, rep.Error, stdout.String(), stderr.String())
+	}
+	t.Logf("steps: %s", stdout.String())
+	step := func(name string, v any) {
+		t.Helper()
+		raw := rep.Steps[name]
+		var thrown struct{ Thrown, Message string }
+		_ = json.Unmarshal(raw, &thrown)
+		if thrown.Thrown != "" && name != "refused" {
+			t.Fatalf("step %s threw %s: %s", name, thrown.Thrown, thrown.Message)
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatalf("step %s: %v: %s", name, err, raw)
+		}
+	}
+	var build struct {
+		TemplateID, BuildID, Name string
+		LogLines                  int
+		SawApt, SawPip            bool
+	}
+	step("build", &build)
+	if build.TemplateID == "" || build.BuildID == "" || build.LogLines == 0 || !build.SawApt || !build.SawPip {
+		t.Errorf("build: %+v (want ids, and apt's and pip's output among the streamed logs)", build)
+	}
+	var exists struct{ Mine, Other bool }
+	step("exists", &exists)
+	if !exists.Mine || exists.Other {
+		t.Errorf("exists: %+v", exists)
+	}
+	var run struct {
+		Stdout, Tree string
+		Error        *string
+	}
+	step("runCode", &run)
+	if want := "from-pip | hello from a copy step | built as root | set-by-env"; !strings.Contains(run.Stdout, want) || run.Error != nil {
+		t.Errorf("code on the template: %+v; want %q", run, want)
+	}
+	if !strings.HasPrefix(run.Tree, "tree v") {
+		t.Errorf("the apt package is not in the sandbox: %q", run.Tree)
+	}
+	var rebuild struct{ BuildID string }
+	step("rebuild", &rebuild)
+	if rebuild.BuildID == "" || rebuild.BuildID == build.BuildID {
+		t.Errorf("rebuild: %+v", rebuild)
+	}
+	var list struct {
+		Status    int
+		Templates []map[string]any
+	}
+	step("list", &list)
+	if list.Status != 200 || len(list.Templates) != 1 || list.Templates[0]["templateID"] != build.TemplateID {
+		t.Errorf("list: %+v", list)
+	}
+	var still string
+	step("sandboxStillRuns", &still)
+	if still != "2" {
+		t.Errorf("the sandbox on the first build after a rebuild: %q", still)
+	}
+	var del struct {
+		Status      int
+		ExistsAfter bool
+	}
+	step("delete", &del)
+	if del.Status != 204 || del.ExistsAfter {
+		t.Errorf("delete: %+v", del)
+	}
+	var refused struct{ Thrown, Message string }
+	step("refused", &refused)
+	if refused.Thrown != "BuildError" || !strings.Contains(refused.Message, "start and ready commands") {
+		t.Errorf("an unsupported step: %+v; want BuildError with the reason", refused)
 	}
 }
