@@ -235,7 +235,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if !slices.Contains(templates, req.TemplateID) {
 		// A template of the caller's team: the sandbox pins the build id
 		// the name points at now, so a later build never moves it.
-		_, id, err := s.templates.resolve(k.Team, req.TemplateID)
+		_, id, err := s.templates.resolve(k.Team, req.TemplateID, true)
 		if errors.Is(err, errTemplateNotFound) {
 			writeError(w, http.StatusBadRequest, "template %q is unknown; this server has: %s, and the templates your team built", req.TemplateID, strings.Join(templates, ", "))
 			return

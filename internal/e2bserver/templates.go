@@ -186,7 +186,7 @@ func (tp *template) build(id string) *tplBuild {
 // resolve maps "name", "name:tag" or a template ID to the environment
 // build a sandbox should pin: the tag's build ("default" when none is
 // given), else the newest ready build.
-func (t *templateStore) resolve(team, ref string) (tp *template, envID string, err error) {
+func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, envID string, err error) {
 	name, tag, _ := strings.Cut(ref, ":")
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -207,20 +207,22 @@ func (t *templateStore) resolve(team, ref string) (tp *template, envID string, e
 		if envID == "" {
 			return nil, "", fmt.Errorf("template %s has no ready build tagged %q", name, tag)
 		}
-		return tp, envID, nil
+	} else {
+		if tg := tp.Tags["default"]; tg != nil {
+			envID = pick(tg.BuildID)
+		}
+		for i := len(tp.Builds) - 1; envID == "" && i >= 0; i-- {
+			envID = pick(tp.Builds[i].ID)
+		}
+		if envID == "" {
+			return nil, "", fmt.Errorf("template %s has no finished build yet", name)
+		}
 	}
-	if tg := tp.Tags["default"]; tg != nil {
-		envID = pick(tg.BuildID)
+	if spawn {
+		now := time.Now().UTC()
+		tp.SpawnedAt, tp.Spawns = &now, tp.Spawns+1
+		_ = t.save(team)
 	}
-	for i := len(tp.Builds) - 1; envID == "" && i >= 0; i-- {
-		envID = pick(tp.Builds[i].ID)
-	}
-	if envID == "" {
-		return nil, "", fmt.Errorf("template %s has no finished build yet", name)
-	}
-	now := time.Now().UTC()
-	tp.SpawnedAt, tp.Spawns = &now, tp.Spawns+1
-	_ = t.save(team)
 	return tp, envID, nil
 }
 
@@ -388,6 +390,12 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(tags) == 0 {
 		tags = []string{"default"}
+	}
+	if req.CPUCount <= 0 { // the SDK's defaults, for what the API reports back
+		req.CPUCount = 2
+	}
+	if req.MemoryMB <= 0 {
+		req.MemoryMB = 1024
 	}
 	now := time.Now().UTC()
 	t.mu.Lock()
@@ -582,7 +590,7 @@ func (s *Server) specOf(team string, tp *template, body *startBody) (*environmen
 	case slices.Contains(builtinBases, body.FromTemplate) || slices.Contains(builtinBases, body.FromImage):
 		spec.Base.Environment = "python"
 	case body.FromTemplate != "":
-		_, envID, err := s.templates.resolve(team, body.FromTemplate)
+		_, envID, err := s.templates.resolve(team, body.FromTemplate, false)
 		if err != nil {
 			return nil, "base", fmt.Errorf("fromTemplate %q: %w", body.FromTemplate, err)
 		}

@@ -200,27 +200,50 @@ func TestTemplateAPI(t *testing.T) {
 		t.Fatalf("create on the template: %d", resp.StatusCode)
 	}
 	defer call(t, "DELETE", base+"/sandboxes/"+sb.SandboxID, testKey, "", nil, nil)
-	h := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49999", "X-Access-Token": sb.EnvdAccessToken}
-	r, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":"import os\nprint(open('/srv/app/hello.txt').read().strip(), '|', open('/srv/ran').read().strip(), '|', os.environ.get('GREETING'))"}`))
-	for k, v := range h {
-		r.Header.Set(k, v)
+	run := func(sb sandboxJSON, code string) string {
+		r, _ := http.NewRequest("POST", base+"/execute", strings.NewReader(`{"code":`+strconv.Quote(code)+`}`))
+		r.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+		r.Header.Set("E2b-Sandbox-Port", "49999")
+		r.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+		r.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return string(out)
 	}
-	r.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(out), "hello from the template | hi 0 | hi") {
+	if out := run(sb, "import os\nprint(open('/srv/app/hello.txt').read().strip(), '|', open('/srv/ran').read().strip(), '|', os.environ.get('GREETING'))"); !strings.Contains(out, "hello from the template | hi 0 | hi") {
 		t.Errorf("code in the template's sandbox: %s", out)
 	}
+
+	// Rebuild under the same name and tag with other steps: new sandboxes
+	// get the new build, the running one keeps the build it pinned.
+	first := req.BuildID
+	call(t, "POST", base+"/v3/templates", testKey, `{"name":"api-test","tags":["v1"]}`, nil, &req)
+	call(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, `{"fromTemplate":"base","steps":[{"type":"RUN","args":["mkdir -p /srv && echo second > /srv/ran"]}]}`, nil, nil)
+	if st, logs := waitBuild(t, base, testKey, req.TemplateID, req.BuildID); st.Status != "ready" {
+		t.Fatalf("second build: %s %+v\n%s", st.Status, st.Reason, strings.Join(logs, "\n"))
+	}
+	var sb2 sandboxJSON
+	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"api-test:v1","timeout":120}`, nil, &sb2); resp.StatusCode != 201 {
+		t.Fatalf("create on the rebuilt template: %d", resp.StatusCode)
+	}
+	defer call(t, "DELETE", base+"/sandboxes/"+sb2.SandboxID, testKey, "", nil, nil)
+	if out := run(sb2, "print(open('/srv/ran').read().strip())"); !strings.Contains(out, "second") {
+		t.Errorf("a new sandbox after the rebuild: %s", out)
+	}
+	if out := run(sb, "print(open('/srv/ran').read().strip())"); !strings.Contains(out, "hi 0") {
+		t.Errorf("the running sandbox moved with the rebuild: %s", out)
+	}
+	second := req.BuildID
 	wantError(t, "POST", base+"/sandboxes", otherKey, `{"templateID":"api-test"}`, 400, "unknown")
 
 	// Listing, aliases, tags.
 	var list []map[string]any
 	call(t, "GET", base+"/templates", testKey, "", nil, &list)
-	if len(list) != 1 || list[0]["templateID"] != req.TemplateID || list[0]["buildID"] != req.BuildID {
+	if len(list) != 1 || list[0]["templateID"] != req.TemplateID || list[0]["buildID"] != second || list[0]["spawnCount"] != 2.0 {
 		t.Errorf("list: %v", list)
 	}
 	call(t, "GET", base+"/templates", otherKey, "", nil, &list)
@@ -233,9 +256,17 @@ func TestTemplateAPI(t *testing.T) {
 	if resp := call(t, "POST", base+"/templates/tags", testKey, `{"target":"api-test:v1","tags":["prod"]}`, nil, nil); resp.StatusCode != 201 {
 		t.Errorf("assign tags: %d", resp.StatusCode)
 	}
+	// The build the tag left still exists and is listed among the builds.
+	var withBuilds struct {
+		Builds []struct{ BuildID, Status string }
+	}
+	call(t, "GET", tpl, testKey, "", nil, &withBuilds)
+	if len(withBuilds.Builds) != 2 || withBuilds.Builds[1].BuildID != first || withBuilds.Builds[0].BuildID != second {
+		t.Errorf("template builds, newest first: %+v", withBuilds.Builds)
+	}
 	var tags []map[string]any
 	call(t, "GET", tpl+"/tags", testKey, "", nil, &tags)
-	if len(tags) != 2 || tags[0]["tag"] != "prod" || tags[0]["buildID"] != req.BuildID {
+	if len(tags) != 2 || tags[0]["tag"] != "prod" || tags[0]["buildID"] != second {
 		t.Errorf("tags: %v", tags)
 	}
 
