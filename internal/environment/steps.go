@@ -570,3 +570,33 @@ func (s *Spec) lastWorkdirUser() (workdir, user string) {
 // Validate checks a spec built in code (ReadSpec and ParseSpec validate
 // what they parse).
 func Validate(s *Spec) error { return s.validate() }
+
+// Contents reads what a spec names besides itself, bounded and checked as
+// a build reads it: the pip lock (nil without one) and each file's bytes by
+// path. For builders other than the store's (the e2b variant's templates).
+func (s *Spec) Contents() (lock []byte, files map[string][]byte, err error) {
+	if err := s.validate(); err != nil {
+		return nil, nil, err
+	}
+	files = map[string][]byte{}
+	if s.Pip != nil {
+		if lock, err = readBounded(s.abs(s.Pip.Lock), maxLockBytes); err != nil {
+			return nil, nil, fmt.Errorf("%w: pip.lock: %w", ErrInvalidSpec, err)
+		}
+		if err := checkLock(lock); err != nil {
+			return nil, nil, err
+		}
+	}
+	for i, f := range s.Files {
+		if f.Source == "" {
+			files[f.Path] = []byte(f.Content)
+			continue
+		}
+		b, err := readBounded(s.abs(f.Source), maxFileBytes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: files[%d].source: %w", ErrInvalidSpec, i, err)
+		}
+		files[f.Path] = b
+	}
+	return lock, files, nil
+}
