@@ -301,4 +301,3 @@ func putArchive(ctx context.Context, url string, archive []byte) error {
 	}
 	return nil
 }
-
