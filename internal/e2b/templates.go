@@ -301,3 +301,50 @@ func putArchive(ctx context.Context, url string, archive []byte) error {
 	}
 	return nil
 }
+
+// maxListedTemplates bounds the per-template tag calls of a listing.
+const maxListedTemplates = 100
+
+// ourTemplates lists the team's templates that code-sandboxes built: those
+// with a "cs-" build tag, each as name:tag of its newest such build.
+func ourTemplates(ctx context.Context, a api) ([]driver.Environment, error) {
+	var list []struct {
+		TemplateID string   `json:"templateID"`
+		Names      []string `json:"names"`
+		Aliases    []string `json:"aliases"`
+	}
+	if _, err := a.call(ctx, "list templates", http.MethodGet, "/templates", "", nil, &list); err != nil {
+		return nil, err
+	}
+	var out []driver.Environment
+	for i, t := range list {
+		if i >= maxListedTemplates {
+			break
+		}
+		name := t.TemplateID
+		if len(t.Names) > 0 {
+			name = t.Names[0]
+		} else if len(t.Aliases) > 0 {
+			name = t.Aliases[0]
+		}
+		var tags []struct {
+			Tag       string    `json:"tag"`
+			BuildID   string    `json:"buildID"`
+			CreatedAt time.Time `json:"createdAt"`
+		}
+		if _, err := a.call(ctx, "template tags", http.MethodGet, "/templates/"+t.TemplateID+"/tags", "", nil, &tags); err != nil {
+			return out, err
+		}
+		newest := -1
+		for j, tg := range tags {
+			if strings.HasPrefix(tg.Tag, "cs-") && (newest < 0 || tg.CreatedAt.After(tags[newest].CreatedAt)) {
+				newest = j
+			}
+		}
+		if newest >= 0 {
+			out = append(out, driver.Environment{Name: name + ":" + tags[newest].Tag, Variant: "e2b", BuildID: tags[newest].BuildID,
+				Description: "E2B template " + t.TemplateID + " built by code-sandboxes"})
+		}
+	}
+	return out, nil
+}

@@ -91,6 +91,15 @@ func TestE2BVariantBuildsOnServe(t *testing.T) {
 	if got := run(sb2, "print(open('/opt/app/version').read())"); got != "one" {
 		t.Errorf("a new sandbox on the first build's name:tag: %q", got)
 	}
+	// The variant lists the team's templates it built, newest build each.
+	envs, err := sandboxes.ListEnvironments(ctx, cfg)
+	var listed []string
+	for _, e := range envs {
+		listed = append(listed, e.Name+"="+e.BuildID)
+	}
+	if err != nil || len(envs) != 2 || envs[1].Name != b2.Name || envs[1].BuildID != b2.ID {
+		t.Errorf("environments -v e2b: %v %v; want the default and %s=%s", listed, err, b2.Name, b2.ID)
+	}
 	c3 := cfg
 	c3.Environment = b2.Name
 	sb3, err := sandboxes.Create(ctx, c3)
