@@ -581,7 +581,7 @@ var builtinBases = []string{"base", "code-interpreter-v1", "e2bdev/base", "e2bde
 // part can't be built here.
 func (s *Server) specOf(team string, tp *template, body *startBody) (*environment.Spec, string, error) {
 	sum := sha256.Sum256([]byte(team + "\x00" + tp.Name))
-	spec := &environment.Spec{Name: "tpl-" + hex.EncodeToString(sum[:12]), Description: "E2B template " + tp.Name}
+	spec := &environment.Spec{Name: "tpl-" + hex.EncodeToString(sum[:12]), Description: "E2B template " + tp.Name + " of team " + team}
 	switch {
 	case len(body.FromImageRegistry) > 0 && string(body.FromImageRegistry) != "null":
 		return nil, "base", errors.New("fromImageRegistry (registry credentials, AWS or GCP) is not supported: use a public image, or a template built here")

@@ -49,9 +49,19 @@ func freshTeam(t *testing.T) string {
 	team := "test-" + randomID(12)
 	t.Cleanup(func() {
 		st, err := environment.Open("")
-		if err == nil {
-			_ = os.RemoveAll((&templateStore{dir: filepath.Join(st.Dir, "e2b-templates")}).teamDir(team))
+		if err != nil {
+			return
 		}
+		// The team's environment builds too: each is a copy of the python
+		// rootfs, and names are per team, so no other test shares them.
+		builds, _ := st.List()
+		for _, b := range builds {
+			if strings.HasSuffix(b.Description, " of team "+team) {
+				_, _ = st.Remove(b.ID)
+			}
+		}
+		ts := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates")}
+		_ = os.RemoveAll(ts.teamDir(team))
 	})
 	return team
 }
