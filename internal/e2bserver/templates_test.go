@@ -421,3 +421,39 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 		t.Errorf("an unsupported step: %+v; want BuildError with the reason", refused)
 	}
 }
+
+// TestTemplateRestart: a build a restart cut short comes back failed with
+// the reason, and its tag never points at it; finished builds and tags
+// survive.
+func TestTemplateRestart(t *testing.T) {
+	dir := t.TempDir()
+	a, err := newTemplates(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	a.mu.Lock()
+	a.teams["t"] = []*template{{ID: "tpl1", Name: "n", CreatedAt: now, UpdatedAt: now,
+		Builds: []*tplBuild{{ID: "b-ready", EnvID: strings.Repeat("a", 64), Status: "ready", Tags: []string{"default"}},
+			{ID: "b-cut", Status: "building", Tags: []string{"default"}}},
+		Tags: map[string]*tplTag{"default": {BuildID: "b-ready", CreatedAt: now}}}}
+	if err := a.save("t"); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Unlock()
+
+	b, err := newTemplates(dir, true) // the restarted server
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, envID, err := b.resolve("t", "n", false)
+	if err != nil || envID != strings.Repeat("a", 64) {
+		t.Errorf("after a restart the name resolves to %q, %v; want the finished build", envID, err)
+	}
+	b.mu.Lock()
+	cut := b.find("t", "n").build("b-cut")
+	b.mu.Unlock()
+	if cut.Status != "error" || !strings.Contains(cut.Reason, "restarted") {
+		t.Errorf("the interrupted build: %+v", cut)
+	}
+}
