@@ -304,6 +304,19 @@ func (l *buildLog) Write(p []byte) (int, error) {
 	}
 }
 
+// progressSummary passes on the builder's progress lines but its step
+// lines ("  [2/5] …", "    step 1: …"), which the full log already has.
+type progressSummary struct{ l *buildLog }
+
+func (p progressSummary) Write(b []byte) (int, error) {
+	for _, line := range strings.SplitAfter(string(b), "\n") {
+		if t := strings.TrimLeft(line, " "); t != "" && !strings.HasPrefix(t, "[") && !strings.HasPrefix(t, "step ") {
+			_, _ = p.l.Write([]byte(line))
+		}
+	}
+	return len(b), nil
+}
+
 func (l *buildLog) page(offset int) []logEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -720,7 +733,9 @@ func (s *Server) runBuild(team string, tp *template, b *tplBuild, spec *environm
 	b.logs.add("info", "Building "+tp.Name+" with the environment builder")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	env, err := t.store.Build(ctx, spec, environment.BuildOptions{Progress: b.logs, Log: b.logs, Force: force})
+	// Log carries every step header and command's output; of Progress only
+	// the summary lines (cached, built) are new, its step lines repeat Log's.
+	env, err := t.store.Build(ctx, spec, environment.BuildOptions{Progress: progressSummary{b.logs}, Log: b.logs, Force: force})
 	step := ""
 	if err != nil {
 		var se *environment.StepError
