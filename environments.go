@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 )
 
@@ -27,6 +29,12 @@ type BuildOptions struct {
 	Progress io.Writer
 	// Force rebuilds even when the same build id exists.
 	Force bool
+	// Config, when its variant builds environments on its own host (e2b:
+	// an E2B template in the API key's team), builds there instead of in
+	// the local store; its Options carry the variant's settings and
+	// Progress gets the build's log. The answer's Name (name:tag) pins
+	// the build as Config.Environment; its ID is the host's build id.
+	Config *Config
 }
 
 // BuildEnvironment builds the environment described by the YAML spec file
@@ -35,6 +43,9 @@ func BuildEnvironment(ctx context.Context, specFile string, opt BuildOptions) (*
 	spec, err := environment.ReadSpec(specFile)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Config != nil && NormalizeVariant(opt.Config.Variant) != "" && NormalizeVariant(opt.Config.Variant) != "local" {
+		return buildOnVariant(ctx, spec, opt)
 	}
 	st, err := environment.Open(opt.Dir)
 	if err != nil {
@@ -85,4 +96,30 @@ func RemoveEnvironment(dir, ref string) (*EnvironmentBuild, error) {
 		return nil, err
 	}
 	return st.Remove(ref)
+}
+
+// buildOnVariant builds spec with a variant that builds on its own host.
+func buildOnVariant(ctx context.Context, spec *environment.Spec, opt BuildOptions) (*EnvironmentBuild, error) {
+	cfg := *opt.Config
+	if opt.Progress != nil {
+		cfg.BuildOutput = opt.Progress
+	}
+	ds, err := cfg.spec()
+	if err != nil {
+		return nil, err
+	}
+	v := driver.Lookup(ds.Variant)
+	if v == nil {
+		return nil, fmt.Errorf("%w: variant %q is not compiled in (import its package)", ErrInvalidConfig, ds.Variant)
+	}
+	b, ok := v.(driver.EnvironmentBuilder)
+	if !ok {
+		return nil, fmt.Errorf("%w: variant %s builds no environments of its own; build locally (no Config) and run them with local, docker or kubernetes", ErrNotSupported, ds.Variant)
+	}
+	env, err := b.BuildEnvironment(ctx, ds, spec, opt.Force)
+	if err != nil {
+		return nil, err
+	}
+	return &EnvironmentBuild{ID: env.BuildID, Name: env.Name, Description: env.Description, Base: env.Description,
+		CreatedAt: time.Now().UTC(), Env: spec.Env}, nil
 }

@@ -714,7 +714,7 @@ func environmentsCmd() *cobra.Command {
 	cmd.Flags().StringVarP(&variant, "variant", "v", "", "only this variant")
 	cmd.PersistentFlags().StringVar(&dir, "dir", "", "environment store (default $CODE_SANDBOXES_ENV_DIR, /var/lib/code-sandboxes/environments as root, else ~/.local/share/code-sandboxes/environments)")
 
-	var file string
+	var file, buildVariant string
 	var force bool
 	build := &cobra.Command{
 		Use:   "build -f spec.yaml | build python",
@@ -739,6 +739,14 @@ points at the newest build, and sandboxes pin the id.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt := sandboxes.BuildOptions{Dir: dir, Progress: cmd.ErrOrStderr(), Force: force}
+			if v := sandboxes.NormalizeVariant(buildVariant); v != "" && v != "local" {
+				if file == "" {
+					return fmt.Errorf("-v %s builds from a spec file: give -f spec.yaml", v)
+				}
+				// On the variant's own host (e2b: an E2B template in the
+				// team of $E2B_API_KEY).
+				opt.Config = &sandboxes.Config{Variant: v}
+			}
 			var b *sandboxes.EnvironmentBuild
 			var err error
 			switch {
@@ -758,6 +766,7 @@ points at the newest build, and sandboxes pin the id.`,
 	}
 	build.Flags().StringVarP(&file, "file", "f", "", "spec file (YAML)")
 	build.Flags().BoolVar(&force, "force", false, "rebuild even if this build id exists")
+	build.Flags().StringVarP(&buildVariant, "variant", "v", "", "build on this variant's host instead of locally: e2b builds an E2B template in $E2B_API_KEY's team (prints name:tag, which pins the build, and E2B's build id)")
 	rm := &cobra.Command{
 		Use:   "rm NAME|BUILD-ID...",
 		Short: "Remove built environments",

@@ -26,7 +26,7 @@ func serveCmd() *cobra.Command {
 		cpu, totalCPU                                                 float64
 		maxSandboxes, createsPerMinute                                int
 		maxTimeout                                                    time.Duration
-		keep, verbose, requireTraffic                                 bool
+		keep, verbose, requireTraffic, templateBuilds                 bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -111,6 +111,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:      network,
 				RequireTrafficToken: requireTraffic,
+				TemplateBuilds:      templateBuilds,
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
 				Logger:              logger,
@@ -165,6 +166,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&totalMemory, "max-total-memory", "", "memory a team's sandboxes may have in all, e.g. 16G (\"\" = no limit)")
 	f.Float64Var(&totalCPU, "max-total-cpu", 0, "CPU cores a team's sandboxes may have in all (0 = no limit)")
 	f.IntVar(&createsPerMinute, "max-creates-per-minute", 0, "sandboxes a team may create per minute (0 = no limit)")
+	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine as root with reduced capabilities in a chroot, with its network (SECURITY.md)")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")

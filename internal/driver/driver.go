@@ -262,3 +262,11 @@ type Usage struct {
 type UsageReader interface {
 	Usage(ctx context.Context) (Usage, error)
 }
+
+// EnvironmentBuilder is a variant that builds environments on its own host
+// (the e2b variant: an E2B template) instead of in the local store. spec
+// carries the variant's settings and BuildOutput; env is an
+// *environment.Spec (any, so this package needs no import of it).
+type EnvironmentBuilder interface {
+	BuildEnvironment(ctx context.Context, spec Spec, env any, force bool) (Environment, error)
+}

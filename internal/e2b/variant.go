@@ -41,10 +41,18 @@ func (Variant) Capabilities() driver.Capabilities {
 		DefaultLifetime: time.Hour}
 }
 
-// Environments implements driver.Variant.
+// Environments implements driver.Variant: the default template, then,
+// when an API key is configured, the team's templates built by
+// code-sandboxes (those with a build tag of ours), newest build of each.
 func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Environment, error) {
-	return []driver.Environment{{Name: EnvironmentName, Variant: "e2b", BuildID: DefaultTemplate,
-		Description: "E2B's code interpreter template (" + DefaultTemplate + "): Python with a Jupyter kernel, numpy, pandas, matplotlib…; any other E2B template id or alias is accepted as Environment or e2b.Options.Template"}}, nil
+	out := []driver.Environment{{Name: EnvironmentName, Variant: "e2b", BuildID: DefaultTemplate,
+		Description: "E2B's code interpreter template (" + DefaultTemplate + "): Python with a Jupyter kernel, numpy, pandas, matplotlib…; any other E2B template id or alias is accepted as Environment or e2b.Options.Template"}}
+	c, err := resolve(spec)
+	if err != nil || c.debug || c.apiKey == "" {
+		return out, nil // nothing to ask without a key
+	}
+	built, err := ourTemplates(ctx, api{c: c})
+	return append(out, built...), err
 }
 
 // template picks the E2B template from Environment and e2b.Options.Template.

@@ -51,6 +51,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.notSupported("changing a running sandbox's network (choose allowInternetAccess at create)"))
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
+	s.templateRoutes(mux)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for %s %s on this server (a self-hosted E2B: sandboxes API only)", r.Method, r.URL.Path)
@@ -69,6 +70,12 @@ func (s *Server) routes() http.Handler {
 		}
 		if r.Method == http.MethodGet && r.URL.Path == "/metrics" {
 			s.serveMetrics(rec, r)
+			return
+		}
+		if isUpload(r) {
+			// A copy step's archive, to a URL whose signature stands for
+			// the key (the SDK sends none there, as to E2B's storage).
+			s.upload(rec, r)
 			return
 		}
 		k, ok := s.checkKey(r)
@@ -224,9 +231,20 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req, false) {
 		return
 	}
+	envID := ""
 	if !slices.Contains(templates, req.TemplateID) {
-		writeError(w, http.StatusBadRequest, "template %q is unknown; this server has: %s", req.TemplateID, strings.Join(templates, ", "))
-		return
+		// A template of the caller's team: the sandbox pins the build id
+		// the name points at now, so a later build never moves it.
+		_, id, err := s.templates.resolve(k.Team, req.TemplateID, true)
+		if errors.Is(err, errTemplateNotFound) {
+			writeError(w, http.StatusBadRequest, "template %q is unknown; this server has: %s, and the templates your team built", req.TemplateID, strings.Join(templates, ", "))
+			return
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		envID = id
 	}
 	lifetime := defaultTimeout
 	if req.Timeout != nil {
@@ -304,6 +322,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cfg.MaxLifetime = lifetime
 	cfg.NetworkPolicy = network
 	cfg.Memory, cfg.CPU = q.Memory, q.CPU
+	if envID != "" {
+		cfg.Environment = envID
+	}
 	// The request must not be what ends the sandbox's creation half-way when
 	// the client gives up; a bounded background context does.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)

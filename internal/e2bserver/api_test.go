@@ -128,7 +128,7 @@ func TestControlPlaneErrors(t *testing.T) {
 	} {
 		wantError(t, r.method, base+r.path, testKey, r.body, 404, "not found")
 	}
-	wantError(t, "GET", base+"/templates", testKey, "", 404, "no route")
+	wantError(t, "GET", base+"/no-such-route", testKey, "", 404, "no route")
 
 	// Listing: bad filters are 400s, an empty result is [] (never null).
 	wantError(t, "GET", base+"/v2/sandboxes?state=sleeping", testKey, "", 400, "sleeping")

@@ -132,6 +132,11 @@ type Options struct {
 	// MaxTimeout bounds a sandbox's timeout (create, setTimeout, connect);
 	// default 24h, E2B's longest.
 	MaxTimeout time.Duration
+	// TemplateBuilds turns on E2B's template build API (Template.build):
+	// teams' build steps then run on this machine as root with reduced
+	// capabilities in a chroot (SECURITY.md). Listing, using and deleting
+	// templates works either way.
+	TemplateBuilds bool
 	// Logger receives who created, connected to and killed what, and one
 	// debug line per API call; nil = discard.
 	Logger *slog.Logger
@@ -149,6 +154,7 @@ type Server struct {
 	api            http.Handler
 	proxy          *dataPlane
 	metrics        *metrics
+	templates      *templateStore
 	// via marks requests this server forwards, so that one coming back
 	// (a tunnel to the server's own listener) is refused, not looped.
 	via string
@@ -232,6 +238,10 @@ func New(o Options) (*Server, error) {
 	_, _ = rand.Read(b[:])
 	s.via = hex.EncodeToString(b[:])
 	s.metrics = newMetrics(s)
+	var err error
+	if s.templates, err = newTemplates(s.cfg.EnvironmentDir, o.TemplateBuilds); err != nil {
+		return nil, fmt.Errorf("e2bserver: templates: %w", err)
+	}
 	s.api = s.routes()
 	s.proxy = newDataPlane(s)
 	return s, nil

@@ -29,6 +29,9 @@ type BuildOptions struct {
 	Progress io.Writer
 	// Force rebuilds even when a build with the same id exists.
 	Force bool
+	// Log, when set, receives the full build log (step headers and every
+	// command's output) as it is written, besides the log file.
+	Log io.Writer
 }
 
 // Build builds spec (or finds the cached build with the same id) and points
@@ -75,6 +78,10 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 	if bl.log, err = os.Create(filepath.Join(work, "build.log")); err != nil {
 		return nil, err
 	}
+	bl.logw = bl.log
+	if opt.Log != nil {
+		bl.logw = io.MultiWriter(bl.log, opt.Log)
+	}
 	defer bl.log.Close()
 	p.linef("environment %s: building %s (%s)", spec.Name, id[:12], bl.baseDesc())
 	if err := bl.run(ctx); err != nil {
@@ -84,7 +91,8 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		return nil, fmt.Errorf("%w (full log: %s)", err, failed)
 	}
 	b := &Build{ID: id, Name: spec.Name, Description: spec.Description, Base: bl.baseDesc(),
-		CreatedAt: time.Now().UTC(), Env: spec.Env, Host: spec.Base.Host}
+		CreatedAt: time.Now().UTC(), Env: spec.allEnv(), Host: spec.Base.Host}
+	b.Workdir, b.User = spec.lastWorkdirUser()
 	if !b.Host {
 		b.SizeBytes = treeSize(bl.rootfs)
 	}
@@ -157,6 +165,7 @@ type builder struct {
 	id           string
 	work, rootfs string
 	log          *os.File
+	logw         io.Writer // log, and BuildOptions.Log
 	p            *progress
 }
 
@@ -191,6 +200,7 @@ func (b *builder) run(ctx context.Context) error {
 		{"sandbox contract: user 1000, mount points", false, b.contract},
 		{"install the pip lock with --require-hashes", sp.Pip == nil, b.pipInstall},
 		{"write files and the manifest", false, b.files},
+		{fmt.Sprintf("template steps (%d)", len(sp.Steps)), len(sp.Steps) == 0, b.runSteps},
 		{"check python3", false, b.checkPython},
 	}
 	n := 0
@@ -206,7 +216,7 @@ func (b *builder) run(ctx context.Context) error {
 		}
 		i++
 		b.p.step(i, n, s.name)
-		fmt.Fprintf(b.log, "== [%d/%d] %s\n", i, n, s.name)
+		fmt.Fprintf(b.logw, "== [%d/%d] %s\n", i, n, s.name)
 		if err := s.fn(ctx); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w: %s: %w", ErrBuildFailed, s.name, ctx.Err())
@@ -332,7 +342,7 @@ func (b *builder) command(ctx context.Context, argv, env []string) error {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}
 	}
 	last := &tailBuffer{max: 8 << 10}
-	cmd.Stdout = io.MultiWriter(b.log, last, b.p.activity())
+	cmd.Stdout = io.MultiWriter(b.logw, last, b.p.activity())
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

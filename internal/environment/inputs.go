@@ -18,7 +18,17 @@ import (
 // resolveInputs reads everything the spec points at, so the id covers the
 // content and the build uses exactly what was hashed.
 func (st *Store) resolveInputs(ctx context.Context, s *Spec) (*inputs, error) {
-	in := &inputs{Files: map[string][]byte{}}
+	in := &inputs{Files: map[string][]byte{}, Archives: map[int]string{}}
+	for i, st := range s.Steps {
+		if st.Copy == nil {
+			continue
+		}
+		h, err := hashArchive(st.Copy.archivePath(s))
+		if err != nil {
+			return nil, fmt.Errorf("%w: steps[%d].copy.archive: %w", ErrInvalidSpec, i, err)
+		}
+		in.Archives[i] = h
+	}
 	if s.Base.Environment != "" {
 		b, err := st.Resolve(s.Base.Environment)
 		if err != nil {

@@ -152,7 +152,7 @@ func (s *Spec) validate() error {
 			return bad("env %q: not a valid variable name", k)
 		}
 	}
-	return nil
+	return s.validateSteps()
 }
 
 // abs resolves a spec-relative path.
@@ -171,6 +171,7 @@ type inputs struct {
 	Tarball     string            // sha256 of the tarball
 	Lock        []byte            // the pip lock
 	Files       map[string][]byte // path → content
+	Archives    map[int]string    // step index → sha256 of its copy archive
 }
 
 // digest is the build id: SHA-256 of a canonical JSON document holding the
@@ -202,6 +203,9 @@ func digest(s *Spec, in *inputs) string {
 		"apt":        apt,
 		"files":      files,
 		"env":        env,
+	}
+	if len(s.Steps) > 0 { // absent otherwise: ids of step-less specs stay as they were
+		doc["steps"] = stepsDigest(s, in)
 	}
 	if s.Pip != nil {
 		doc["pip"] = map[string]any{"lock_sha256": sha(in.Lock), "index": s.Pip.Index}

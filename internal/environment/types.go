@@ -39,6 +39,8 @@ type Spec struct {
 	// Env is set for every kernel and command in sandboxes of this
 	// environment (the user's Config.Env wins on conflict).
 	Env map[string]string `yaml:"env,omitempty" json:"env,omitempty"`
+	// Steps run in order after packages and files (E2B template steps).
+	Steps []Step `yaml:"steps,omitempty" json:"steps,omitempty"`
 
 	// dir is where the spec file lives: relative paths resolve against it.
 	dir string
@@ -93,6 +95,10 @@ type Build struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	SizeBytes   int64             `json:"size_bytes"`
 	Env         map[string]string `json:"env,omitempty"`
+	// Workdir and User are where and as whom the last workdir and user
+	// steps left off; recorded for clients that ask (E2B's template API).
+	Workdir string `json:"workdir,omitempty"`
+	User    string `json:"user,omitempty"`
 	// Host: no rootfs of its own; the host's system directories are the root.
 	Host bool `json:"host,omitempty"`
 	// Dir is the build's directory in the store.
