@@ -34,8 +34,9 @@ lint: vet
 
 # The README's main job: a sandbox on the embedded default local variant.
 # It installs only what running needs (python3), not the test tools, and
-# builds the CLI with the local variant only (-tags localonly: a third of
-# the packages to compile, none of client-go), so a first run is quick.
+# builds the CLI with the local variant only and without serve, interpret
+# and mcp (-tags localonly: 391 packages instead of 853, none of
+# client-go), so a first run is quick.
 run:
 	./scripts/install-deps.sh run
 	$(GO) run -tags localonly ./cmd/code-sandboxes exec 'import sys; print(sys.version)'

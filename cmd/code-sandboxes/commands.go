@@ -168,6 +168,11 @@ func (c *common) config() (sandboxes.Config, error) {
 	return cfg, nil
 }
 
+// serverCommands are serve, interpret and mcp: left out of a -tags
+// localonly build (make run's), which then compiles neither the servers nor
+// the model SDKs.
+var serverCommands []func() *cobra.Command
+
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "code-sandboxes",
@@ -175,7 +180,10 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd(), serveCmd(), interpretCmd(), mcpCmd())
+	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd())
+	for _, c := range serverCommands {
+		root.AddCommand(c())
+	}
 	return root
 }
 
