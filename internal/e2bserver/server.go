@@ -30,8 +30,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,10 +37,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
-	"golang.org/x/time/rate"
 )
 
 // EnvdVersion is the envd version our agent implements (docs/agent-protocol.md).
@@ -219,7 +218,7 @@ func New(o Options) (*Server, error) {
 	if s.cfg.Variant == "local" {
 		// Resolve the runtime directory once, so that a later change of the
 		// environment can't split the server's sandboxes over two places.
-		s.cfg.Local.RuntimeDir = RuntimeDir(s.cfg.Local.RuntimeDir)
+		s.cfg.Local = s.cfg.Local.Resolved()
 	}
 	switch s.defaultNetwork {
 	case "":
@@ -348,24 +347,6 @@ func (s *Server) SetKeys(keys []Key) error {
 func keyID(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:6])
-}
-
-// RuntimeDir resolves the local variant's runtime directory the way the
-// variant does (internal/local's runtimeDir, which is unexported).
-func RuntimeDir(configured string) string {
-	if configured != "" {
-		return configured
-	}
-	if d := os.Getenv("CODE_SANDBOXES_RUNTIME_DIR"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return "/run/code-sandboxes"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "code-sandboxes")
-	}
-	return filepath.Join(os.TempDir(), "code-sandboxes-"+strconv.Itoa(os.Getuid()))
 }
 
 func prefix(s string, n int) string {

@@ -15,3 +15,11 @@ type Options struct {
 }
 
 func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }
+
+// Resolved returns o with RuntimeDir resolved to where the variant keeps
+// its sandboxes now (from the environment when empty), so that a later
+// change of the environment can't split a long-running caller's sandboxes.
+func (o Options) Resolved() Options {
+	o.RuntimeDir = runtimeDir(o.RuntimeDir)
+	return o
+}

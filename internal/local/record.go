@@ -8,15 +8,11 @@ package local
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 )
 
 // record is a sandbox's state file (state.json in its directory).
@@ -68,76 +64,6 @@ func dirName(id string) string {
 // runtime directory rt (for tests and tools that inspect them).
 func SandboxDir(rt, id string) string { return filepath.Join(rt, dirName(id)) }
 
-// runtimeDir picks where sandbox records live.
-func runtimeDir(configured string) string {
-	if configured != "" {
-		return configured
-	}
-	if d := os.Getenv("CODE_SANDBOXES_RUNTIME_DIR"); d != "" {
-		return d
-	}
-	if os.Geteuid() == 0 {
-		return "/run/code-sandboxes"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "code-sandboxes")
-	}
-	return filepath.Join(os.TempDir(), "code-sandboxes-"+strconv.Itoa(os.Getuid()))
-}
-
-func ensureRuntimeDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("runtime directory %s: %w", dir, err)
-	}
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return err
-	}
-	// Another user's directory (e.g. a pre-created /tmp path) would let them
-	// reach our sandboxes' sockets.
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
-		return fmt.Errorf("runtime directory %s is owned by uid %d, not by us (uid %d); set CODE_SANDBOXES_RUNTIME_DIR", dir, sys.Uid, os.Geteuid())
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("runtime directory %s is not a directory", dir)
-	}
-	return nil
-}
-
-func readRecord(dir string) (*record, error) {
-	b, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("corrupt sandbox record %s: %w", dir, err)
-	}
-	return &r, nil
-}
-
-// writeRecord replaces the record atomically: readers never see half a file.
-func writeRecord(dir string, r *record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".state-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, stateFile))
-}
-
 // procStart returns a process's start time in clock ticks since boot, or 0.
 func procStart(pid int) uint64 {
 	st, _ := procstat.Read(pid)
@@ -152,3 +78,21 @@ func (r *record) alive() bool {
 	st := procStart(r.ShimPid)
 	return st != 0 && st == r.ShimStart
 }
+
+// runtimeDir picks where sandbox records live.
+func runtimeDir(configured string) string {
+	return records.RuntimeDir(configured, "CODE_SANDBOXES_RUNTIME_DIR", "code-sandboxes")
+}
+
+func ensureRuntimeDir(dir string) error { return records.EnsureDir(dir, "CODE_SANDBOXES_RUNTIME_DIR") }
+
+func readRecord(dir string) (*record, error) {
+	var r record
+	if err := records.Read(filepath.Join(dir, stateFile), &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// writeRecord replaces the record atomically: readers never see half a file.
+func writeRecord(dir string, r *record) error { return records.Write(filepath.Join(dir, stateFile), r) }
