@@ -28,7 +28,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -176,7 +175,7 @@ func runNetwork() int {
 		return 1
 	}
 	defer lf.Close()
-	logger := log.New(&cappedWriter{f: lf, left: maxNetLog}, "", log.LstdFlags)
+	logger := log.New(&egress.CappedWriter{W: lf, Left: maxNetLog}, "", log.LstdFlags)
 	var dns []string
 	if v := os.Getenv(dnsEnv); v != "" {
 		dns = strings.Split(v, ",")
@@ -274,22 +273,4 @@ func exited(pfd int) bool {
 	fds := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0
-}
-
-// cappedWriter writes until its budget is spent, then drops: refusals are
-// logged, and hostile code can cause as many as it likes.
-type cappedWriter struct {
-	mu   sync.Mutex
-	f    *os.File
-	left int
-}
-
-func (w *cappedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(p) <= w.left {
-		w.left -= len(p)
-		_, _ = w.f.Write(p)
-	}
-	return len(p), nil
 }

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -275,28 +274,11 @@ func startNetwork(dir string, r *record, tun *os.File) (*egress.Stack, error) {
 		tun.Close()
 		return nil, err
 	}
-	lw := &cappedWriter{f: f, left: maxNetLog}
+	lw := &egress.CappedWriter{W: f, Left: maxNetLog}
 	logger := log.New(lw, "", log.LstdFlags)
 	var dns []string
 	if v := os.Getenv(dnsEnv); v != "" {
 		dns = strings.Split(v, ",")
 	}
 	return egress.Start(tun, policyOf(r.Network, r.AllowedHosts, r.AllowPrivate), egress.Options{DNS: dns, Logf: logger.Printf})
-}
-
-// cappedWriter writes until its budget is spent, then drops.
-type cappedWriter struct {
-	mu   sync.Mutex
-	f    *os.File
-	left int
-}
-
-func (w *cappedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(p) <= w.left {
-		w.left -= len(p)
-		_, _ = w.f.Write(p)
-	}
-	return len(p), nil
 }
