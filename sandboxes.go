@@ -74,7 +74,8 @@ const Unlimited = driver.Unlimited
 const DefaultMemory = driver.DefaultMemoryBytes
 
 // Config describes a sandbox. The zero value is a local sandbox with no
-// network, the host's python3 and a one-day lifetime.
+// network, the host's python3, 1 GiB of memory, a one-day lifetime and a
+// 15-minute idle timeout.
 type Config struct {
 	// Variant picks the backend: "local" (default), and others as registered.
 	Variant string
