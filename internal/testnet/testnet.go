@@ -119,10 +119,15 @@ func Start() (n *Net, err error) {
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	n = &Net{NS: "csb-inet-" + id, veth: "csbi" + id, hits: map[string]int{}, lock: lock}
+	// Holding the lock, any test internet still here was left by a test
+	// binary that died before its Close: remove it, or its routes would
+	// make every later Start fail.
+	removeStale()
+	self := &Net{NS: "csb-inet-" + id, veth: "csbi" + id, hits: map[string]int{}, lock: lock}
+	n = self
 	defer func() {
 		if err != nil {
-			n.Close()
+			self.Close() // (n is nil by now: "return nil, err" set it)
 		}
 	}()
 	// The host end gets /32 and /128 routes to the servers only (no wider
@@ -265,6 +270,25 @@ func (n *Net) Close() error {
 		n.lock = nil
 	}
 	return errors.Join(lerr, nerr)
+}
+
+// removeStale deletes the namespaces and host-side veths of test internets
+// whose owner died (only ever called with the host-wide lock held).
+func removeStale() {
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "csb-inet-") {
+				_ = run("ip", "netns", "delete", f[0])
+			}
+		}
+	}
+	if ifs, err := net.Interfaces(); err == nil {
+		for _, i := range ifs {
+			if strings.HasPrefix(i.Name, "csbi") {
+				_ = run("ip", "link", "delete", i.Name)
+			}
+		}
+	}
 }
 
 // lockWait bounds the wait for another test binary's test internet.

@@ -45,3 +45,33 @@ func TestStartClose(t *testing.T) {
 		t.Errorf("interface %s left behind", n.veth)
 	}
 }
+
+// A test internet whose owner died (no Close) does not break the next
+// Start: its namespace, veth and routes go first.
+func TestStartAfterACrash(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root")
+		}
+		t.Skip("needs root")
+	}
+	n, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As if the process had died: the lock goes (the kernel drops it), the
+	// namespace and routes stay.
+	n.lock.Close()
+	n.lock = nil
+	n2, err := Start()
+	if err != nil {
+		t.Fatalf("Start after a crashed owner: %v", err)
+	}
+	if err := n2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/run/netns/" + n.NS); err == nil {
+		t.Errorf("the dead owner's namespace %s is still there", n.NS)
+	}
+	_ = n.Close() // its servers (goroutines of this process); nothing else is left
+}
