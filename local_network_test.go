@@ -105,19 +105,12 @@ func probe(t *testing.T, sb *sandboxes.Sandbox, tries string) map[string]string 
 	return out
 }
 
-// hostAddrs are the host's own non-loopback addresses.
 func hostAddrs(t *testing.T) []string {
-	as, err := net.InterfaceAddrs()
+	as, err := testnet.HostAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, a := range as {
-		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			out = append(out, n.IP.String())
-		}
-	}
-	return out
+	return as
 }
 
 // hostServer listens on every address of the host (as a careless service

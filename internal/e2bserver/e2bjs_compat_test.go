@@ -1,11 +1,8 @@
 package e2bserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -23,21 +20,7 @@ func runSDKScript(t *testing.T, script string) func(name string, v any) {
 	_, url := testServer(t, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script)
-	cmd.Dir = e2bjsDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+testKey,
-		"E2B_DEBUG=", "E2B_DOMAIN=localhost")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	var rep sdkReport
-	if err := json.Unmarshal(bytes.TrimSpace(lastLine(stdout.Bytes())), &rep); err != nil {
-		t.Fatalf("node: %v; output not JSON: %v\nstdout: %s\nstderr: %s", runErr, err, stdout.String(), stderr.String())
-	}
-	if !rep.OK || runErr != nil {
-		t.Fatalf("script failed: %v: %s\nsteps: %s\nstderr: %s", runErr, rep.Error, stdout.String(), stderr.String())
-	}
-	t.Logf("steps: %s", stdout.String())
+	rep := runNodeScript(ctx, t, node, script, url)
 	return func(name string, v any) {
 		t.Helper()
 		raw, ok := rep.Steps[name]

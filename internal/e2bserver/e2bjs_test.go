@@ -138,17 +138,16 @@ func TestOfficialJSSDKKubernetes(t *testing.T) {
 		Options: k8svariant.Options{Image: tag, ImagePullPolicy: "Never"}}})
 }
 
-func testOfficialJSSDK(t *testing.T, o Options) {
-	node, npm := needNode(t)
-	npmCI(t, npm)
-	s, url := testServer(t, o)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "sdk.test.mjs")
+// runNodeScript runs one of e2e/e2bjs's scripts with node against serve at
+// url (extra environment variables in env) and returns its report, the
+// JSON object on its last line; a script that failed fails the test.
+func runNodeScript(ctx context.Context, t *testing.T, node, script, url string, env ...string) sdkReport {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = e2bjsDir
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+testKey,
 		"E2B_DEBUG=", "E2B_DOMAIN=localhost")
+	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	started := time.Now()
@@ -162,6 +161,17 @@ func testOfficialJSSDK(t *testing.T, o Options) {
 		t.Fatalf("script failed: %v: %s\nsteps: %s\nstderr: %s", runErr, rep.Error, stdout.String(), stderr.String())
 	}
 	t.Logf("steps: %s", stdout.String())
+	return rep
+}
+
+func testOfficialJSSDK(t *testing.T, o Options) {
+	node, npm := needNode(t)
+	npmCI(t, npm)
+	s, url := testServer(t, o)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep := runNodeScript(ctx, t, node, "sdk.test.mjs", url)
 
 	step := func(name string, v any) {
 		t.Helper()

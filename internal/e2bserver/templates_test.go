@@ -337,21 +337,7 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "template.test.mjs")
-	cmd.Dir = e2bjsDir
-	cmd.Env = append(os.Environ(), "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY="+testKey,
-		"E2B_DEBUG=", "E2B_DOMAIN=localhost", "PIP_INDEX="+index)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	runErr := cmd.Run()
-	var rep sdkReport
-	if err := json.Unmarshal(bytes.TrimSpace(lastLine(stdout.Bytes())), &rep); err != nil {
-		t.Fatalf("node: %v; output not JSON: %v\nstdout: %s\nstderr: %s", runErr, err, stdout.String(), stderr.String())
-	}
-	if !rep.OK || runErr != nil {
-		t.Fatalf("script failed: %v: %s\nsteps: %s\nstderr: %s", runErr, rep.Error, stdout.String(), stderr.String())
-	}
-	t.Logf("steps: %s", stdout.String())
+	rep := runNodeScript(ctx, t, node, "template.test.mjs", url, "PIP_INDEX="+index)
 	step := func(name string, v any) {
 		t.Helper()
 		raw := rep.Steps[name]

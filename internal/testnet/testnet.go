@@ -551,3 +551,19 @@ func (n *Net) Forward(target string) (string, error) {
 	}()
 	return ln.Addr().String(), nil
 }
+
+// HostAddrs are the host's own addresses, neither loopback nor link-local:
+// what a sandbox's traffic must never reach.
+func HostAddrs() ([]string, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			out = append(out, n.IP.String())
+		}
+	}
+	return out, nil
+}
