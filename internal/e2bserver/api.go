@@ -300,17 +300,29 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if private {
 		tags[tagPrivate] = "true"
 	}
+	if !s.startCreate() {
+		writeError(w, http.StatusServiceUnavailable, "the server is shutting down; create the sandbox on another server or try again later")
+		return
+	}
+	defer s.creates.Done()
 	q, release, err := s.reserve(k.Team)
-	if errors.Is(err, errQuota) {
+	if errors.Is(err, errQuota) && !errors.Is(err, errRate) && s.mayRelist(k.Team) {
 		// Sandboxes that ended by their timeout still count until a listing
-		// notices; look, then decide.
+		// notices; look, then decide. A listing costs the variant (engine or
+		// API server) a round of calls, so a team's refusals re-list at most once
+		// per relistEvery, and a rate refusal never: a listing can't change it.
+		s.relists.Add(1)
 		if _, lerr := s.ours(r.Context(), ""); lerr == nil {
 			q, release, err = s.reserve(k.Team)
 		}
 	}
 	if err != nil {
-		s.metrics.creates.WithLabelValues(k.Team, "quota").Inc()
-		s.metrics.refused.WithLabelValues("quota").Inc()
+		reason := "quota"
+		if errors.Is(err, errRate) {
+			reason = "rate"
+		}
+		s.metrics.creates.WithLabelValues(k.Team, reason).Inc()
+		s.metrics.refused.WithLabelValues(reason).Inc()
 		s.log.Warn("create refused", "team", k.Team, "key", keyID(k.Key), "reason", err.Error())
 		writeError(w, http.StatusTooManyRequests, "%v", err)
 		return
@@ -327,7 +339,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request must not be what ends the sandbox's creation half-way when
 	// the client gives up; a bounded background context does.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
+	// Shutdown ends it too (after its grace period), so a create can't
+	// outlive the server and leave a sandbox nobody holds.
+	ctx, cancel := context.WithTimeout(s.createCtx, 2*time.Minute)
 	defer cancel()
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {
@@ -348,7 +362,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "creating the sandbox: %v", err)
 		return
 	}
-	s.commit(e)
+	if testHookCreated != nil {
+		testHookCreated()
+	}
+	if !s.commit(e) {
+		// Shutdown began while it was created: KillCreated has run or is
+		// running, so the sandbox would be nobody's. It goes now.
+		_ = sb.Close()
+		s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
+		writeError(w, http.StatusServiceUnavailable, "the server shut down while the sandbox was created; it was removed, create it again on a running server")
+		return
+	}
 	s.metrics.creates.WithLabelValues(k.Team, "ok").Inc()
 	s.log.Info("created", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key), "template", req.TemplateID,
 		"network", network, "memory_bytes", q.Memory, "cpus", q.CPU, "private", private)
@@ -364,8 +388,46 @@ func (s *Server) sandboxJSON(e *entry) sandboxJSON {
 		Alias: e.template, EnvdAccessToken: e.token, TrafficAccessToken: &traffic}
 }
 
-// errQuota is a create over the team's quota.
-var errQuota = errors.New("quota exceeded")
+// errQuota is a create over the team's quota; errRate one over its creates
+// per minute.
+var (
+	errQuota = errors.New("quota exceeded")
+	errRate  = fmt.Errorf("%w: rate limit", errQuota)
+)
+
+// testHookCreated, when set by a test, runs between a sandbox's creation
+// and its commit.
+var testHookCreated func()
+
+// relistEvery bounds how often refused creates re-list the variant's
+// sandboxes (see create).
+const relistEvery = 5 * time.Second
+
+// mayRelist reports whether a refused create may re-list now, and if so
+// takes the turn.
+func (s *Server) mayRelist(team string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ts := s.teams[team]
+	now := time.Now()
+	if ts == nil || (!ts.lastRelist.IsZero() && now.Sub(ts.lastRelist) < relistEvery) {
+		return false
+	}
+	ts.lastRelist = now
+	return true
+}
+
+// startCreate counts a create in flight, or refuses it once shutdown began;
+// the caller calls s.creates.Done when it ends.
+func (s *Server) startCreate() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.creates.Add(1)
+	return true
+}
 
 // reserve counts a create against the team's quota before it starts, so
 // that concurrent creates can't overshoot it; release undoes the
@@ -395,7 +457,7 @@ func (s *Server) reserve(team string) (Quota, func(), error) {
 	case q.TotalCPU > 0 && cpu+q.CPU > q.TotalCPU+1e-9:
 		return q, nil, fmt.Errorf("%w: team %s may use %g CPUs in all; %g are in use", errQuota, team, q.TotalCPU, cpu)
 	case ts.limiter != nil && !ts.limiter.Allow():
-		return q, nil, fmt.Errorf("%w: team %s may create %d sandboxes per minute; try again later", errQuota, team, q.CreatesPerMinute)
+		return q, nil, fmt.Errorf("%w: team %s may create %d sandboxes per minute; try again later", errRate, team, q.CreatesPerMinute)
 	}
 	ts.pending++
 	ts.pendingMem += q.Memory
@@ -410,12 +472,18 @@ func (s *Server) reserve(team string) (Quota, func(), error) {
 }
 
 // commit records a created sandbox; the caller then releases its
-// reservation, under which it was counted until now.
-func (s *Server) commit(e *entry) {
+// reservation, under which it was counted until now. It refuses once
+// shutdown began, and the caller then removes the sandbox.
+func (s *Server) commit(e *entry) bool {
 	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return false
+	}
 	s.sandboxes[e.id] = e
 	s.mu.Unlock()
 	s.metrics.running.WithLabelValues(e.team).Inc()
+	return true
 }
 
 // timeout converts E2B's seconds, bounded by MaxTimeout.
@@ -472,7 +540,14 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) (*entry, sandboxes
 		if err == nil && i.Status == "running" {
 			return e, i, true
 		}
-		if err != nil && !errors.Is(err, sandboxes.ErrNotFound) && !errors.Is(err, sandboxes.ErrUnavailable) {
+		if errors.Is(err, sandboxes.ErrUnavailable) {
+			// Possibly passing (the engine or API server not answering): the
+			// sandbox may still run, so it keeps counting against its team's
+			// quota; the janitor's listing forgets it once it is really gone.
+			writeError(w, http.StatusServiceUnavailable, "sandbox %s is not answering right now; try again: %v", id, err)
+			return nil, sandboxes.Info{}, false
+		}
+		if err != nil && !errors.Is(err, sandboxes.ErrNotFound) {
 			writeError(w, http.StatusInternalServerError, "reading sandbox %s: %v", id, err)
 			return nil, sandboxes.Info{}, false
 		}

@@ -50,6 +50,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
+		s.beginClosing()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if hs.Shutdown(sctx) != nil {
 			_ = hs.Close()
@@ -57,6 +58,12 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 		cancel()
 		<-errc
 	}
+	// A create still running after the grace period is cut now, and every
+	// create has ended (its sandbox committed, or removed) before the kill
+	// below, so none is left running unheld.
+	s.beginClosing()
+	s.stopCreates()
+	s.creates.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -66,6 +73,13 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 		err = errors.Join(err, s.KillCreated(kctx))
 	}
 	return err
+}
+
+// beginClosing refuses new creates and commits from now on.
+func (s *Server) beginClosing() {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
 }
 
 // StartLoopback serves s on a fresh 127.0.0.1 port in the background, for

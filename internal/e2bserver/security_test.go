@@ -3,6 +3,7 @@ package e2bserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
 )
 
@@ -431,6 +433,15 @@ func TestQuotas(t *testing.T) {
 	})
 	a := createSB(t, base, keyA, `{"templateID":"base","timeout":120}`)
 	wantError(t, "POST", base+"/sandboxes", keyA, `{"templateID":"base","timeout":120}`, 429, "1 sandboxes at once")
+	// A key holder hammering a full quota makes the variant list its
+	// sandboxes once per relistEvery, not once per request.
+	relists := s.relists.Load()
+	for range 5 {
+		wantError(t, "POST", base+"/sandboxes", keyA, `{"templateID":"base","timeout":120}`, 429, "1 sandboxes at once")
+	}
+	if n := s.relists.Load(); n != relists {
+		t.Errorf("5 refusals within %s re-listed %d more times; want 0", relistEvery, n-relists)
+	}
 	b := createSB(t, base, keyB, `{"templateID":"base","timeout":120}`)
 	wantError(t, "POST", base+"/sandboxes", keyB, `{"templateID":"base","timeout":120}`, 429, "256 MiB of memory")
 	// Each sandbox has the server's limits.
@@ -448,7 +459,11 @@ func TestQuotas(t *testing.T) {
 	if resp := call(t, "DELETE", base+"/sandboxes/"+c.SandboxID, keyB, "", nil, nil); resp.StatusCode != 204 {
 		t.Fatalf("kill: %d", resp.StatusCode)
 	}
+	relists = s.relists.Load()
 	wantError(t, "POST", base+"/sandboxes", keyB, `{"templateID":"base","timeout":120}`, 429, "per minute")
+	if n := s.relists.Load(); n != relists {
+		t.Errorf("a rate refusal re-listed the sandboxes (%d times); a listing can't change it", n-relists)
+	}
 	// A sandbox that ended by its timeout no longer counts against the quota.
 	short := createSB(t, base, keyC, `{"templateID":"base","timeout":1}`)
 	deadline := time.Now().Add(30 * time.Second)
@@ -492,5 +507,103 @@ func TestRecordsNotNamedByID(t *testing.T) {
 	unix, _ := os.ReadFile("/proc/net/unix")
 	if strings.Contains(string(unix), a.SandboxID) {
 		t.Errorf("/proc/net/unix names sandbox %s", a.SandboxID)
+	}
+}
+
+// TestShutdownDuringCreate: a create still running when serve shuts down
+// leaves no sandbox behind (before, it was committed after the shutdown's
+// kill and kept running, held by nobody).
+func TestShutdownDuringCreate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts sandboxes")
+	}
+	needSandboxes(t)
+	rt := t.TempDir()
+	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	s, err := New(Options{Config: cfg, APIKeys: []string{testKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, proceed := make(chan struct{}), make(chan struct{})
+	testHookCreated = func() { close(created); <-proceed }
+	t.Cleanup(func() { testHookCreated = nil })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, ln, false) }()
+	status := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://"+ln.Addr().String()+"/sandboxes", strings.NewReader(`{"templateID":"base","timeout":120}`))
+		req.Header.Set("X-API-Key", testKey)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			status <- 0 // the connection was cut by the shutdown
+			return
+		}
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	select {
+	case <-created:
+	case <-time.After(time.Minute):
+		t.Fatal("the create did not reach its commit")
+	}
+	cancel() // shutdown begins while the sandbox exists but isn't held yet
+	for {
+		s.mu.Lock()
+		closing := s.closing
+		s.mu.Unlock()
+		if closing {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(proceed)
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if st := <-status; st == http.StatusCreated {
+		t.Errorf("a create that ended after shutdown began answered 201")
+	}
+	if left, _ := sandboxes.List(context.Background(), cfg, sandboxes.ListOptions{}); len(left) != 0 {
+		for _, i := range left {
+			_, _ = sandboxes.Kill(context.Background(), cfg, i.ID, sandboxes.ListOptions{})
+		}
+		t.Errorf("%d sandboxes left running after shutdown: %v", len(left), left)
+	}
+}
+
+// unanswering is an Instance whose variant can't be reached right now (the
+// engine or API server down): the only failure a real sandbox can't be made
+// to show on demand here.
+type unanswering struct{ driver.Instance }
+
+func (unanswering) Info(context.Context) (driver.Info, error) {
+	return driver.Info{}, fmt.Errorf("%w: the engine is not answering", sandboxes.ErrUnavailable)
+}
+
+// TestUnavailableKeepsQuota: a passing failure to read a sandbox answers 503
+// and keeps the sandbox counted against its team's quota (before, it was
+// forgotten, and the team could run one more than its quota).
+func TestUnavailableKeepsQuota(t *testing.T) {
+	s, base := testServer(t, Options{Keys: []Key{{Key: keyA, Team: "team-a", Quota: &Quota{Sandboxes: 1}}}})
+	s.mu.Lock()
+	s.sandboxes["held1"] = &entry{id: "held1", team: "team-a", inst: unanswering{}}
+	s.mu.Unlock()
+	t.Cleanup(func() { // before the server's own cleanup kills what it holds
+		s.mu.Lock()
+		delete(s.sandboxes, "held1")
+		s.mu.Unlock()
+	})
+	wantError(t, "GET", base+"/sandboxes/held1", keyA, "", 503, "not answering")
+	if s.lookup("held1", "team-a") == nil {
+		t.Fatal("a sandbox whose variant didn't answer was forgotten")
+	}
+	if _, _, err := s.reserve("team-a"); !errors.Is(err, errQuota) {
+		t.Errorf("the team's quota of 1 has room beside a held sandbox: %v", err)
 	}
 }

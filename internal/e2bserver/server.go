@@ -164,6 +164,14 @@ type Server struct {
 	mu        sync.Mutex
 	sandboxes map[string]*entry // the live sandboxes we created or adopted
 	teams     map[string]*teamState
+	closing   bool // shutdown began: no create starts or commits
+
+	// creates counts creates in flight, so that shutdown waits for them;
+	// createCtx bounds them and ends with the shutdown's grace period.
+	creates     sync.WaitGroup
+	createCtx   context.Context
+	stopCreates context.CancelFunc
+	relists     atomic.Int64 // refused creates that re-listed (for tests)
 }
 
 // entry is one sandbox as the server holds it.
@@ -189,12 +197,14 @@ type teamState struct {
 	pending    int
 	pendingMem int64
 	pendingCPU float64
+	lastRelist time.Time // of a refused create (mayRelist)
 }
 
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
 	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, metricsToken: o.MetricsToken,
 		maxTimeout: o.MaxTimeout, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}}
+	s.createCtx, s.stopCreates = context.WithCancel(context.Background())
 	keys := o.Keys
 	for _, k := range o.APIKeys {
 		keys = append(keys, Key{Key: k, Team: "default"})
