@@ -16,8 +16,8 @@ func TestSignature(t *testing.T) {
 	for schema, want := range map[string]string{
 		``: `(**kwargs)`,
 		`{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}`: `(*, city: str, days: int = None)`,
-		`{"type":"object","properties":{"unit":{"enum":["c","f"]}}}`:                                           `(*, unit: Literal["c", "f"] = None)`,
-		`{"type":"object","properties":{"q":{"type":"string","description":"what to find"}},"required":["q"]}`: "(\n        *,\n        q: str,  # what to find\n    )",
+		`{"type":"object","properties":{"unit":{"enum":["c","f"]}}}`:                                              `(*, unit: Literal["c", "f"] = None)`,
+		`{"type":"object","properties":{"q":{"type":"string","description":"what to find"}},"required":["q"]}`:    "(\n        *,\n        q: str,  # what to find\n    )",
 	} {
 		if got := interpreter.Signature(json.RawMessage(schema)); got != want {
 			t.Errorf("Signature(%s) = %q, want %q", schema, got, want)

@@ -30,7 +30,7 @@ type fakeModel struct {
 	t        *testing.T
 	provider string // openai or anthropic
 	turns    []turn
-	repeat   bool // keep answering with the last turn
+	repeat   bool   // keep answering with the last turn
 	tool     string // the tool's name ("" = execute_code)
 	lastBody string // the last request, as sent
 
