@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"sort"
 	"strings"
 
@@ -150,4 +152,92 @@ func contentValue(cs []mcp.Content) any {
 		}
 	}
 	return out
+}
+
+// Dial connects to an MCP server given as spec: an http:// or https:// URL
+// is a streamable HTTP endpoint; anything else is a command line (split on
+// spaces, no shell) started as a child that serves MCP on stdio. The child
+// ends when the session is closed.
+func Dial(ctx context.Context, spec string) (*mcp.ClientSession, error) {
+	spec = strings.TrimSpace(spec)
+	var t mcp.Transport
+	switch {
+	case strings.HasPrefix(spec, "http://") || strings.HasPrefix(spec, "https://"):
+		t = &mcp.StreamableClientTransport{Endpoint: spec}
+	default:
+		words := strings.Fields(spec)
+		if len(words) == 0 {
+			return nil, fmt.Errorf("%w: an empty MCP server: give a URL or a command line", sandboxes.ErrInvalidInput)
+		}
+		cmd := exec.Command(words[0], words[1:]...)
+		cmd.Stderr = os.Stderr
+		t = &mcp.CommandTransport{Command: cmd}
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "code-sandboxes", Version: "1"}, nil).Connect(ctx, t, nil)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the MCP server %q: %w", spec, err)
+	}
+	return cs, nil
+}
+
+// FromServers dials every server (see Dial) and returns their tools, all of
+// them or only those named (a name no server has is an error), and a
+// function that closes the sessions. Two servers offering one name is an
+// error: grant by name to pick.
+func FromServers(ctx context.Context, specs, names []string) ([]sandboxes.Tool, func(), error) {
+	var sessions []*mcp.ClientSession
+	closeAll := func() {
+		for _, s := range sessions {
+			_ = s.Close()
+		}
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	found := map[string]bool{}
+	var out []sandboxes.Tool
+	from := map[string]string{}
+	for _, spec := range specs {
+		cs, err := Dial(ctx, spec)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		sessions = append(sessions, cs)
+		var pick []string
+		for t, err := range cs.Tools(ctx, nil) {
+			if err != nil {
+				closeAll()
+				return nil, nil, fmt.Errorf("listing the tools of %q: %w", spec, err)
+			}
+			if len(want) == 0 || want[t.Name] || want[PythonName(t.Name)] {
+				pick = append(pick, t.Name)
+				found[t.Name], found[PythonName(t.Name)] = true, true
+			}
+		}
+		if len(pick) == 0 {
+			continue
+		}
+		tools, err := Tools(ctx, cs, pick...)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		for _, t := range tools {
+			if prev, dup := from[t.Name]; dup {
+				closeAll()
+				return nil, nil, fmt.Errorf("%w: tool %s is offered by %q and %q; name the tools to grant", sandboxes.ErrInvalidInput, t.Name, prev, spec)
+			}
+			from[t.Name] = spec
+		}
+		out = append(out, tools...)
+	}
+	for _, n := range names {
+		if !found[n] {
+			closeAll()
+			return nil, nil, fmt.Errorf("%w: %q is offered by none of the MCP servers", ErrUnknownTool, n)
+		}
+	}
+	return out, closeAll, nil
 }
