@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 )
 
 // RunTools runs the tools ("code mode") suite on the variant cfg selects:
@@ -45,6 +47,9 @@ func RunTools(t *testing.T, cfg sandboxes.Config) {
 				err := json.Unmarshal(args, &in)
 				return map[string]any{"text": in.Text, "n": len(in.Text)}, err
 			}},
+		{Name: "anyargs", Description: "No schema: any keyword arguments, returned.", Func: func(ctx context.Context, args json.RawMessage) (any, error) {
+			return args, nil
+		}},
 		{Name: "giant", Description: "Returns 5 MiB.", Func: func(ctx context.Context, args json.RawMessage) (any, error) {
 			return strings.Repeat("x", 5<<20), nil
 		}},
@@ -127,8 +132,57 @@ a = raw(b"not json\n")
 assert a.get("kind") == "refused", a
 print(sorted(t["name"] for t in raw({"list": True})["tools"]))
 `)
-		if !strings.Contains(out, "'add', 'echo', 'fail', 'giant', 'hang', 'slow'") {
+		if !strings.Contains(out, "'add', 'anyargs', 'echo', 'fail', 'giant', 'hang', 'slow'") {
 			t.Errorf("listed %s", out)
+		}
+	})
+
+	t.Run("NetworkNoneReachesOnlyTools", func(t *testing.T) {
+		if cfg.NetworkPolicy != "" && cfg.NetworkPolicy != sandboxes.NetworkNone {
+			t.Skipf("network %q", cfg.NetworkPolicy)
+		}
+		// A listener on each of the host's own addresses: the sandbox's code
+		// reaches the tools (above and below) and none of these.
+		addrs, err := testnet.HostAddrs()
+		if err != nil || len(addrs) == 0 {
+			t.Fatalf("host addresses: %v %v", addrs, err)
+		}
+		var targets []string
+		for _, a := range addrs {
+			ln, err := net.Listen("tcp", net.JoinHostPort(a, "0"))
+			if err != nil {
+				continue
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			targets = append(targets, ln.Addr().String())
+		}
+		if len(targets) == 0 {
+			t.Fatal("no host address to listen on")
+		}
+		js, _ := json.Marshal(targets)
+		out := py(t, `
+import socket, json, tools
+reached = []
+for hp in json.loads('`+string(js)+`'):
+    h, p = hp.rsplit(":", 1)
+    try:
+        socket.create_connection((h.strip("[]"), int(p)), timeout=2).close()
+        reached.append(hp)
+    except OSError:
+        pass
+print("reached:", reached, "tool:", tools.add(a=1, b=2))
+`)
+		if out != "reached: [] tool: 3" {
+			t.Errorf("with network none: %s", out)
 		}
 	})
 
@@ -150,8 +204,9 @@ print(tools.add.__doc__.splitlines()[0])
 print(inspect.signature(tools.add))
 print(tools.echo(text="héllo"))
 print(issubclass(tools.ToolTimeout, TimeoutError), issubclass(tools.ToolError, Exception))
+print(tools.anyargs(x=[1, None], y={"z": 1.5}), inspect.signature(tools.anyargs))
 `)
-		for _, want := range []string{"Add two integers.", "(*, a, b)", "{'n': 6, 'text': 'héllo'}", "True True"} {
+		for _, want := range []string{"Add two integers.", "(*, a, b)", "{'n': 6, 'text': 'héllo'}", "True True", "{'x': [1, None], 'y': {'z': 1.5}} (**kwargs)"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}

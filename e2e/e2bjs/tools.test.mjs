@@ -27,8 +27,11 @@ try {
   await step('toolError', async () => out(await sbx.runCode('import tools\ntools.fail()')))
   await step('ungranted', async () => out(await sbx.runCode('import tools\ntools.call("secret")')))
   await step('oversized', async () => out(await sbx.runCode('import tools\ntools.shout(text="x" * (2 << 20))')))
+  // PROBE is host:port of a listener the Go test opened on one of the
+  // host's own addresses: network none must not reach it.
+  const [host, port] = [process.env.PROBE.slice(0, process.env.PROBE.lastIndexOf(':')), process.env.PROBE.slice(process.env.PROBE.lastIndexOf(':') + 1)]
   await step('network', async () => out(await sbx.runCode(
-    'import socket\ntry:\n    socket.create_connection(("1.1.1.1", 53), timeout=2)\n    print("connected")\nexcept OSError as e:\n    print("no network:", type(e).__name__)')))
+    `import socket\ntry:\n    socket.create_connection((${JSON.stringify(host.replace(/^\[|\]$/g, ''))}, ${Number(port)}), timeout=2)\n    print("connected")\nexcept OSError as e:\n    print("no network:", type(e).__name__)`)))
   await step('badGrant', async () => {
     try {
       const other = await Sandbox.create({ metadata: { 'code-sandboxes/tools': 'nosuchset' } })

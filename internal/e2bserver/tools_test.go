@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcptest"
+	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/mcptools"
 )
 
@@ -66,7 +68,7 @@ func TestOfficialJSSDKTools(t *testing.T) {
 	_, url := testServer(t, Options{ToolSets: toolSets(t)})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	rep := runNodeScript(ctx, t, node, "tools.test.mjs", url)
+	rep := runNodeScript(ctx, t, node, "tools.test.mjs", url, "PROBE="+hostListener(t))
 	type out struct {
 		Stdout string `json:"stdout"`
 		Error  string `json:"error"`
@@ -119,4 +121,33 @@ func callRaw(t *testing.T, method, u, body string, hdr map[string]string) (*http
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp, string(b)
+}
+
+// hostListener listens on one of the host's own addresses (never loopback)
+// and returns host:port: what a sandbox with network none must not reach.
+func hostListener(t *testing.T) string {
+	t.Helper()
+	addrs, err := testnet.HostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", net.JoinHostPort(a, "0"))
+		if err != nil {
+			continue
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		return ln.Addr().String()
+	}
+	t.Fatalf("no host address to listen on (%v)", addrs)
+	return ""
 }

@@ -1097,7 +1097,9 @@ def _tools_check_object(schema, v, where, top=False):
     for k in schema.get("required") or ():
         if k not in v:
             raise TypeError("%s: missing required argument %r" % (where, k))
-    extra = schema.get("additionalProperties", not top)
+    # Unknown keyword arguments are refused when the schema names its
+    # properties (a typo must not pass silently) unless it opens them.
+    extra = schema.get("additionalProperties", not (top and "properties" in schema))
     for k, item in v.items():
         if not isinstance(k, str):
             raise TypeError("%s: keys must be strings, not %r" % (where, k))
@@ -1144,7 +1146,7 @@ def _tools_func(spec):
                 continue
             d = inspect.Parameter.empty if k in required else None
             params.append(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=d))
-        if not (isinstance(schema, dict) and schema.get("additionalProperties") is False):
+        if not props or schema.get("additionalProperties") not in (None, False):
             params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
         params.sort(key=lambda p: (p.kind, p.default is not inspect.Parameter.empty))
         tool.__signature__ = inspect.Signature(params)
