@@ -39,9 +39,13 @@ func Signature(schema json.RawMessage) string {
 			Description string `json:"description"`
 			Enum        []any  `json:"enum"`
 		} `json:"properties"`
-		Required []string `json:"required"`
+		Required             []string `json:"required"`
+		AdditionalProperties any      `json:"additionalProperties"`
 	}
 	if len(schema) == 0 || json.Unmarshal(schema, &s) != nil || len(s.Properties) == 0 {
+		if s.AdditionalProperties == false {
+			return "()"
+		}
 		return "(**kwargs)"
 	}
 	req := map[string]bool{}

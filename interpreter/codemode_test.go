@@ -15,6 +15,7 @@ import (
 func TestSignature(t *testing.T) {
 	for schema, want := range map[string]string{
 		``: `(**kwargs)`,
+		`{"type":"object","additionalProperties":false}`:                                                          `()`,
 		`{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}`: `(*, city: str, days: int = None)`,
 		`{"type":"object","properties":{"unit":{"enum":["c","f"]}}}`:                                              `(*, unit: Literal["c", "f"] = None)`,
 		`{"type":"object","properties":{"q":{"type":"string","description":"what to find"}},"required":["q"]}`:    "(\n        *,\n        q: str,  # what to find\n    )",

@@ -1146,7 +1146,8 @@ def _tools_func(spec):
                 continue
             d = inspect.Parameter.empty if k in required else None
             params.append(inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=d))
-        if not props or schema.get("additionalProperties") not in (None, False):
+        addl = schema.get("additionalProperties") if isinstance(schema, dict) else None
+        if (not props and addl is not False) or addl not in (None, False):
             params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
         params.sort(key=lambda p: (p.kind, p.default is not inspect.Parameter.empty))
         tool.__signature__ = inspect.Signature(params)
