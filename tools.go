@@ -160,7 +160,16 @@ func (s *Sandbox) RegisterTools(ctx context.Context, tools ...Tool) error {
 	// ctx bounds only the grant itself.
 	life, cancel := context.WithCancel(context.Background())
 	stop := context.AfterFunc(ctx, cancel)
+	old := s.tools.stream
+	if old != nil {
+		// The agent ends the old stream as soon as it takes the new grant;
+		// the calls the old one is running must still be answered.
+		old.KeepCalls(true)
+	}
 	st, err := c.OpenTools(life, specs)
+	if err != nil && old != nil {
+		old.KeepCalls(false)
+	}
 	if !stop() {
 		// ctx ended while granting.
 		if err == nil {
@@ -177,7 +186,8 @@ func (s *Sandbox) RegisterTools(ctx context.Context, tools ...Tool) error {
 		return fmt.Errorf("grant tools to sandbox %s: %w", s.ID(), err)
 	}
 	if s.tools.stream != nil {
-		_ = s.tools.stream.Close()
+		// Calls the old stream is running still finish and are answered.
+		_ = s.tools.stream.Retire()
 	}
 	done := make(chan struct{})
 	s.tools = toolSet{byName: byName, stream: st, done: done}

@@ -338,6 +338,51 @@ print(tools.add(a=2, b=3))
 		}
 	})
 
+	t.Run("RegrantDuringCall", func(t *testing.T) {
+		// Granting more tools while a call is in progress replaces the
+		// stream; the call still completes with its result.
+		started, release := make(chan struct{}, 1), make(chan struct{})
+		err := sb.RegisterTool(ctxT(t, time.Minute), "waiter", "", nil, func(ctx context.Context, args json.RawMessage) (any, error) {
+			started <- struct{}{}
+			select {
+			case <-release:
+				return "released", nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := make(chan string, 1)
+		go func() {
+			ex, err := sb.RunCode(ctxT(t, time.Minute), "import tools\nprint(tools.waiter())")
+			switch {
+			case err != nil:
+				res <- err.Error()
+			case ex.Error != nil:
+				res <- ex.Error.Name + ": " + ex.Error.Value
+			default:
+				res <- strings.TrimSpace(ex.Stdout())
+			}
+		}()
+		select {
+		case <-started:
+		case <-time.After(time.Minute):
+			t.Fatal("the tool never started")
+		}
+		if err := sb.RegisterTool(ctxT(t, time.Minute), "later", "", nil, func(ctx context.Context, args json.RawMessage) (any, error) { return 7, nil }); err != nil {
+			t.Fatal(err)
+		}
+		close(release)
+		if got := <-res; got != "released" {
+			t.Errorf("the call across a new grant gave %q", got)
+		}
+		if out := py(t, "import tools\nprint(tools.later(), tools.add(a=1, b=1))"); out != "7 2" {
+			t.Errorf("after the new grant: %q", out)
+		}
+	})
+
 	t.Run("HostGone", func(t *testing.T) {
 		// A second handle takes over the tools, then goes away (Detach
 		// ends its stream): calls fail at once with ToolUnavailable.

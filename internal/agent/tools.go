@@ -126,6 +126,9 @@ type toolAnswer struct {
 type toolStream struct {
 	out  chan toolCallLine
 	done chan struct{} // closed when the host's request ends
+	// replaced is set (under the hub's lock, before done closes) when a new
+	// grant took over: the old host still answers the calls it was sent.
+	replaced bool
 }
 
 type pendingCall struct {
@@ -349,17 +352,29 @@ func (h *toolHub) call(c net.Conn, br *bufio.Reader, req sandboxRequest) toolAns
 		default:
 		}
 	}
-	select {
-	case a := <-p.answer:
-		return a
-	case <-t.C:
-		cancel()
-		return refusal("timeout", fmt.Sprintf("tool %q did not answer within %s", req.Tool, timeout))
-	case <-st.done:
-		return refusal("unavailable", fmt.Sprintf("tool %q: the host serving the tools went away during the call", req.Tool))
-	case <-hangup:
-		cancel()
-		return refusal("refused", "the caller hung up")
+	done := st.done
+	for {
+		select {
+		case a := <-p.answer:
+			return a
+		case <-t.C:
+			cancel()
+			return refusal("timeout", fmt.Sprintf("tool %q did not answer within %s", req.Tool, timeout))
+		case <-done:
+			h.mu.Lock()
+			replaced := st.replaced
+			h.mu.Unlock()
+			if replaced {
+				// The host granted a new set: it still answers this call
+				// (or the timeout does).
+				done = nil
+				continue
+			}
+			return refusal("unavailable", fmt.Sprintf("tool %q: the host serving the tools went away during the call", req.Tool))
+		case <-hangup:
+			cancel()
+			return refusal("refused", "the caller hung up")
+		}
 	}
 }
 
@@ -397,6 +412,7 @@ func (h *toolHub) register(specs []ToolSpec, st *toolStream) error {
 	if old := h.stream; old != nil && old != st {
 		// The old host's calls in progress stay answerable by id; it is
 		// told to stop by its stream ending.
+		old.replaced = true
 		close(old.done)
 	}
 	h.stream = st

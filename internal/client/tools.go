@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
@@ -51,9 +52,19 @@ const maxToolLine = (1 << 20) + (64 << 10)
 type ToolStream struct {
 	c      *Client
 	body   io.ReadCloser
-	cancel context.CancelFunc
+	cancel context.CancelFunc // ends the stream
 	ctx    context.Context
+	// callCtx is the parent of the calls' contexts: Close cancels it,
+	// Retire doesn't (calls in progress finish and are answered).
+	callCtx    context.Context
+	cancelCall context.CancelFunc
+	retired    atomic.Bool
 }
+
+// maxHostCalls bounds the calls the host runs at once for one stream: the
+// agent sends at most its own bound (64), and a stream that sends more (a
+// hostile agent) waits, rather than growing goroutines on the host.
+const maxHostCalls = 64
 
 // OpenTools grants the tools to the sandbox and returns once the agent has
 // them: sandbox code can call them from then on, and Serve answers the calls.
@@ -76,15 +87,32 @@ func (c *Client) OpenTools(ctx context.Context, specs []ToolSpec) (*ToolStream, 
 		}
 		return nil, err
 	}
-	return &ToolStream{c: c, body: resp.Body, cancel: cancel, ctx: sctx}, nil
+	callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancelCall)
+	return &ToolStream{c: c, body: resp.Body, cancel: cancel, ctx: sctx, callCtx: callCtx,
+		cancelCall: func() { stop(); cancelCall() }}, nil
 }
 
-// Close ends the stream: calls in progress fail in the sandbox, and new calls
-// fail at once.
+// Close ends the stream: calls in progress are cancelled and fail in the
+// sandbox, and new calls fail at once.
 func (t *ToolStream) Close() error {
+	t.cancelCall()
 	t.cancel()
 	return t.body.Close()
 }
+
+// Retire ends the stream after a new grant replaced it: no new calls come,
+// and those in progress still run and are answered.
+func (t *ToolStream) Retire() error {
+	t.retired.Store(true)
+	t.cancel()
+	return t.body.Close()
+}
+
+// KeepCalls says whether calls in progress survive the stream's end: set it
+// before a new grant, which ends this stream on the agent's side before the
+// new grant's answer arrives (and clear it again if that grant fails).
+func (t *ToolStream) KeepCalls(keep bool) { t.retired.Store(keep) }
 
 // Serve answers calls with h until the stream ends (the sandbox is gone,
 // Close, or ctx of OpenTools), each call in its own goroutine; the agent
@@ -93,15 +121,10 @@ func (t *ToolStream) Close() error {
 func (t *ToolStream) Serve(h ToolHandler) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer t.cancelCallIfClosed()
+	slots := make(chan struct{}, maxHostCalls)
 	var mu sync.Mutex
 	cancels := map[string]context.CancelFunc{}
-	defer func() {
-		mu.Lock()
-		for _, c := range cancels {
-			c()
-		}
-		mu.Unlock()
-	}()
 	br := bufio.NewReaderSize(t.body, 64<<10)
 	for {
 		line, err := readBoundedLine(br, maxToolLine)
@@ -117,13 +140,19 @@ func (t *ToolStream) Serve(h ToolHandler) error {
 			}
 			switch l.Type {
 			case "call":
-				cctx, cancel := context.WithCancel(t.ctx)
+				select {
+				case slots <- struct{}{}:
+				case <-t.ctx.Done():
+					return nil
+				}
+				cctx, cancel := context.WithCancel(t.callCtx)
 				mu.Lock()
 				cancels[l.ID] = cancel
 				mu.Unlock()
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					defer func() { <-slots }()
 					defer func() {
 						mu.Lock()
 						delete(cancels, l.ID)
@@ -152,6 +181,14 @@ func (t *ToolStream) Serve(h ToolHandler) error {
 	}
 }
 
+// cancelCallIfClosed: when Serve returns because the stream broke (not
+// Retire), nobody will answer the calls in progress: they are cancelled.
+func (t *ToolStream) cancelCallIfClosed() {
+	if !t.retired.Load() {
+		t.cancelCall()
+	}
+}
+
 func (t *ToolStream) answer(ctx context.Context, id string, h ToolHandler, call ToolCall) {
 	var body any
 	res, err := runHandler(ctx, h, call)
@@ -170,7 +207,7 @@ func (t *ToolStream) answer(ctx context.Context, id string, h ToolHandler, call 
 		return // timed out or the caller went away: nobody waits for it
 	}
 	// A post that fails means the call ended meanwhile; nothing to do.
-	_ = t.c.jsonCall(t.ctx, "answer tool call", http.MethodPost, t.c.o.InterpreterURL, "/x/tools/calls/"+url.PathEscape(id), t.c.interpHeaders(), body, nil)
+	_ = t.c.jsonCall(ctx, "answer tool call", http.MethodPost, t.c.o.InterpreterURL, "/x/tools/calls/"+url.PathEscape(id), t.c.interpHeaders(), body, nil)
 }
 
 // runHandler runs h, returning at ctx's end even when h ignores ctx (its
