@@ -19,3 +19,11 @@ func TestDockerTools(t *testing.T) {
 	cfg.NetworkPolicy = "none"
 	sandboxestest.RunTools(t, cfg)
 }
+
+// TestKubernetesTools: network "all" (the test cluster doesn't enforce
+// NetworkPolicy, so "none" is refused there; the suite skips its network
+// check).
+func TestKubernetesTools(t *testing.T) {
+	k8sCluster(t)
+	sandboxestest.RunTools(t, k8sConfig(""))
+}
