@@ -317,6 +317,9 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 			return nil, err
 		}
 	}
+	if len(cfg.Tools) > 0 && v.Name() == "e2b" {
+		return nil, fmt.Errorf("%w: Tools need a sandbox that runs our agent (local, docker, kubernetes, or E2B's SDKs through serve); E2B's own sandboxes can't call back to the host", ErrNotSupported)
+	}
 	inst, err := v.Create(ctx, spec)
 	if err != nil {
 		return nil, err
