@@ -17,13 +17,17 @@ var (
 	nTool        = flag.Int("tool-calls", 1000, "tool calls timed from sandbox code (code mode)")
 )
 
-// codeModeOnly is the -codemode-only run.
+// codeModeOnly is the -codemode-only run: the section alone, then exit.
 func codeModeOnly(ctx context.Context) {
+	if !*onlyCodeMode {
+		return
+	}
 	rt, _ := os.MkdirTemp("", "cs-bench-")
-	defer os.RemoveAll(rt)
 	var rep strings.Builder
 	codeModeBench(ctx, &rep, sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}})
+	os.RemoveAll(rt)
 	fmt.Print(rep.String())
+	os.Exit(0)
 }
 
 // codeModeBench measures, in one local sandbox with network none, the round

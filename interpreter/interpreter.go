@@ -100,7 +100,8 @@ type Interpreter struct {
 	// be able to take them: a *Sandbox), the model gets one run_code tool
 	// instead of execute_code, and the system prompt lists the tools'
 	// Python signatures, so the model writes code that calls them (loops,
-	// filters and joins happen in the sandbox, not in its context).
+	// filters and joins happen in the sandbox, not in its context). They
+	// are granted at the first Execute.
 	Tools []sandboxes.Tool
 
 	granted bool
