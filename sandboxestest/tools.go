@@ -205,8 +205,9 @@ print(inspect.signature(tools.add))
 print(tools.echo(text="héllo"))
 print(issubclass(tools.ToolTimeout, TimeoutError), issubclass(tools.ToolError, Exception))
 print(tools.anyargs(x=[1, None], y={"z": 1.5}), inspect.signature(tools.anyargs))
+print(tools.call("anyargs", name="n"))
 `)
-		for _, want := range []string{"Add two integers.", "(*, a, b)", "{'n': 6, 'text': 'héllo'}", "True True", "{'x': [1, None], 'y': {'z': 1.5}} (**kwargs)"} {
+		for _, want := range []string{"Add two integers.", "(*, a, b)", "{'n': 6, 'text': 'héllo'}", "True True", "{'x': [1, None], 'y': {'z': 1.5}} (**kwargs)", "{'name': 'n'}"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
 			}

@@ -1198,8 +1198,11 @@ def _tools_build(module):
             out.append("tools.%s%s\n    %s" % (n, sig, (f.__doc__ or "").replace("\n", "\n    ")))
         return "\n\n".join(out)
 
-    def call(name, **kwargs):
-        """Call a tool by name (as tools.<name>(**kwargs))."""
+    def call(*args, **kwargs):
+        """call(name, **kwargs): call a tool by name (as tools.<name>(**kwargs))."""
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise TypeError("tools.call(name, **kwargs): give the tool's name, then its keyword arguments")
+        name = args[0]
         f = granted.get(name)
         if f is None:
             refresh()
