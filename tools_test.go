@@ -53,3 +53,34 @@ func TestToolsRefusedUpFront(t *testing.T) {
 		t.Errorf("tools on e2b: %v, want ErrNotSupported", err)
 	}
 }
+
+// TestLocalToolsIdle: a granted tool set (the host's stream held open) is
+// not use: the sandbox still ends after its idle timeout, and a tool call
+// in progress is use (the execution that makes it is).
+func TestLocalToolsIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	ctx := context.Background()
+	sleepy := sandboxes.Tool{Name: "sleepy", Func: func(ctx context.Context, args json.RawMessage) (any, error) {
+		select {
+		case <-time.After(3 * time.Second):
+			return "awake", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+	sb := newLocal(t, func(c *sandboxes.Config) { c.IdleTimeout = 2 * time.Second; c.Tools = []sandboxes.Tool{sleepy} })
+	ex, err := sb.RunCode(ctx, "import tools\ntools.sleepy()")
+	if err != nil || ex.Text() != "awake" {
+		t.Fatalf("a tool call longer than the idle timeout: %+v, %v", ex, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := sandboxes.Get(ctx, localConfig(t), sb.ID()); errors.Is(err, sandboxes.ErrNotFound) {
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatal("the sandbox with tools granted outlived its idle timeout")
+}
