@@ -30,6 +30,9 @@ type Sandbox struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	toolsMu sync.Mutex // serialises grants; guards tools
+	tools   toolSet
 }
 
 func newSandbox(v driver.Variant, inst driver.Instance, cfg Config, spec driver.Spec) *Sandbox {
@@ -418,6 +421,7 @@ func (s *Sandbox) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.closeTools()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := s.inst.Kill(ctx)
@@ -434,5 +438,6 @@ func (s *Sandbox) Detach() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.closeTools()
 	return s.inst.Release()
 }

@@ -136,6 +136,10 @@ type Config struct {
 	// first (the built-in "python" on first use); nil = os.Stderr.
 	BuildOutput io.Writer
 
+	// Tools are granted to the sandbox at creation (see Tool and
+	// Sandbox.RegisterTools): its code calls them with import tools.
+	Tools []Tool
+
 	// Local holds the settings of the local variant, the embedded default
 	// (other variants ignore it).
 	Local LocalConfig
@@ -308,11 +312,26 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, t := range cfg.Tools {
+		if _, err := prepareTool(t); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Tools) > 0 && v.Name() == "e2b" {
+		return nil, fmt.Errorf("%w: Tools need a sandbox that runs our agent (local, docker, kubernetes, or E2B's SDKs through serve); E2B's own sandboxes can't call back to the host", ErrNotSupported)
+	}
 	inst, err := v.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	return newSandbox(v, inst, cfg, spec), nil
+	sb := newSandbox(v, inst, cfg, spec)
+	if len(cfg.Tools) > 0 {
+		if err := sb.RegisterTools(ctx, cfg.Tools...); err != nil {
+			_ = sb.Close()
+			return nil, err
+		}
+	}
+	return sb, nil
 }
 
 // Get reconnects to a running sandbox by id or name.

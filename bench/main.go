@@ -76,6 +76,7 @@ func main() {
 	fmt.Fprintf(&rep, "# Benchmarks\n\nMeasured by `go run ./bench` (see `bench/main.go`) on %s, %d cores, %s, %s. ", host, runtime.NumCPU(), runtime.GOOS, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	rep.WriteString("Every number in a table comes from the same run; the machines are shared and noisy, so read the ratios.\n\n")
 
+	codeModeOnly(ctx) // with -codemode-only: prints the section and exits
 	if *onlyServe {
 		rt, _ := os.MkdirTemp("", "cs-bench-")
 		defer os.RemoveAll(rt)
@@ -170,6 +171,7 @@ func main() {
 
 	// 2b. What serve adds: routing cost and tunnel throughput.
 	serveBench(ctx, &rep, cfg)
+	codeModeBench(ctx, &rep, cfg)
 
 	// 3. Memory per idle sandbox.
 	var sbs []*sandboxes.Sandbox

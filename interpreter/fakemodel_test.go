@@ -30,7 +30,9 @@ type fakeModel struct {
 	t        *testing.T
 	provider string // openai or anthropic
 	turns    []turn
-	repeat   bool // keep answering with the last turn
+	repeat   bool   // keep answering with the last turn
+	tool     string // the tool's name ("" = execute_code)
+	lastBody string // the last request, as sent
 
 	mu       sync.Mutex
 	n        int
@@ -40,6 +42,13 @@ type fakeModel struct {
 }
 
 const testKey = "test-key"
+
+func (f *fakeModel) toolName() string {
+	if f.tool == "" {
+		return "execute_code"
+	}
+	return f.tool
+}
 
 func newFakeModel(t *testing.T, provider string, turns ...turn) *fakeModel {
 	f := &fakeModel{t: t, provider: provider, turns: turns}
@@ -112,6 +121,7 @@ func (f *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		f.fail(w, "reading the request: %v", err)
 		return
 	}
+	f.lastBody = string(body)
 	var req map[string]any
 	if err := json.Unmarshal(body, &req); err != nil {
 		f.fail(w, "the request is not JSON: %v", err)
@@ -173,7 +183,7 @@ func (f *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		args, _ := json.Marshal(map[string]string{"code": tn.code})
 		tc := resp["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["tool_calls"].([]any)[0].(map[string]any)
 		tc["id"] = f.lastID
-		tc["function"] = map[string]any{"name": "execute_code", "arguments": string(args)}
+		tc["function"] = map[string]any{"name": f.toolName(), "arguments": string(args)}
 	case f.provider == "openai":
 		resp = fixture("openai_text.json")
 		resp["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"] = tn.text
@@ -183,7 +193,7 @@ func (f *fakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		f.lastID = fmt.Sprintf("toolu_%02dAbC", f.n)
 		resp["content"] = []any{
 			map[string]any{"type": "text", "text": "Let me run some code."},
-			map[string]any{"type": "tool_use", "id": f.lastID, "name": "execute_code", "input": map[string]any{"code": tn.code}},
+			map[string]any{"type": "tool_use", "id": f.lastID, "name": f.toolName(), "input": map[string]any{"code": tn.code}},
 		}
 	default:
 		resp = fixture("anthropic_text.json")
@@ -207,7 +217,7 @@ func (f *fakeModel) openaiRequest(req map[string]any) (string, bool, error) {
 		return "", false, fmt.Errorf("model %v", req["model"])
 	}
 	tools := asList(req["tools"])
-	if len(tools) != 1 || asMap(asMap(tools[0])["function"])["name"] != "execute_code" || asMap(tools[0])["type"] != "function" {
+	if len(tools) != 1 || asMap(asMap(tools[0])["function"])["name"] != f.toolName() || asMap(tools[0])["type"] != "function" {
 		return "", false, fmt.Errorf("tools: %v", req["tools"])
 	}
 	msgs := asList(req["messages"])
@@ -253,7 +263,7 @@ func (f *fakeModel) anthropicRequest(req map[string]any) (string, bool, error) {
 		return "", false, fmt.Errorf("model %v, max_tokens %v", req["model"], req["max_tokens"])
 	}
 	tools := asList(req["tools"])
-	if len(tools) != 1 || asMap(tools[0])["name"] != "execute_code" || asMap(asMap(tools[0])["input_schema"])["type"] != "object" {
+	if len(tools) != 1 || asMap(tools[0])["name"] != f.toolName() || asMap(asMap(tools[0])["input_schema"])["type"] != "object" {
 		return "", false, fmt.Errorf("tools: %v", req["tools"])
 	}
 	if len(asList(req["system"])) != 1 {

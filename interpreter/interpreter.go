@@ -23,6 +23,10 @@ var ErrStepLimit = errors.New("interpreter: step limit reached")
 // ToolName is the name of the one tool the model is given.
 const ToolName = "execute_code"
 
+// CodeModeToolName is the one tool the model is given in code mode
+// (Interpreter.Tools set): its code can call the granted tools.
+const CodeModeToolName = "run_code"
+
 // Defaults of an Interpreter.
 const (
 	DefaultMaxSteps           = 10
@@ -91,6 +95,34 @@ type Interpreter struct {
 	MaxTokens int
 	// OnExecution, when set, is called after every execution.
 	OnExecution func(CodeExecResult)
+
+	// Tools turn on code mode: they are granted to the sandbox (which must
+	// be able to take them: a *Sandbox), the model gets one run_code tool
+	// instead of execute_code, and the system prompt lists the tools'
+	// Python signatures, so the model writes code that calls them (loops,
+	// filters and joins happen in the sandbox, not in its context). They
+	// are granted at the first Execute.
+	Tools []sandboxes.Tool
+
+	granted bool
+}
+
+// ToolGranter is a CodeSandbox that can be granted tools (code mode).
+type ToolGranter interface {
+	RegisterTools(ctx context.Context, tools ...sandboxes.Tool) error
+}
+
+// NewCodeMode returns an Interpreter in code mode: the model's code can call
+// tools (see Interpreter.Tools).
+func NewCodeMode(sb CodeSandbox, model lm.Client, tools ...sandboxes.Tool) *Interpreter {
+	return &Interpreter{Sandbox: sb, Model: model, Tools: tools}
+}
+
+func (it *Interpreter) toolName() string {
+	if len(it.Tools) > 0 {
+		return CodeModeToolName
+	}
+	return ToolName
 }
 
 // New returns an Interpreter with the defaults.
@@ -103,8 +135,12 @@ type codeArgs struct {
 }
 
 func (it *Interpreter) tool() lm.Tool {
-	return lm.Tool{Name: ToolName,
-		Description: "Run Python code in the sandbox's stateful kernel and return its stdout, stderr, the value of the last expression, errors with tracebacks, and displayed figures.",
+	desc := "Run Python code in the sandbox's stateful kernel and return its stdout, stderr, the value of the last expression, errors with tracebacks, and displayed figures."
+	if len(it.Tools) > 0 {
+		desc += " The code can call the tools listed in the system prompt through the tools module (import tools)."
+	}
+	return lm.Tool{Name: it.toolName(),
+		Description: desc,
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
@@ -132,6 +168,19 @@ func (it *Interpreter) Execute(ctx context.Context, message string, files []Atta
 	system := it.SystemPrompt
 	if system == "" {
 		system = DefaultSystemPrompt
+	}
+	if len(it.Tools) > 0 {
+		if !it.granted {
+			g, ok := it.Sandbox.(ToolGranter)
+			if !ok {
+				return nil, fmt.Errorf("%w: code mode needs a sandbox that can be granted tools (an *interpreter.Sandbox), not %T", sandboxes.ErrInvalidInput, it.Sandbox)
+			}
+			if err := g.RegisterTools(ctx, it.Tools...); err != nil {
+				return nil, fmt.Errorf("interpreter: granting the tools: %w", err)
+			}
+			it.granted = true
+		}
+		system = strings.ReplaceAll(system, "execute_code", CodeModeToolName) + "\n\n" + ToolsPrompt(it.Tools)
 	}
 	maxOut := it.MaxToolOutput
 	if maxOut <= 0 {
@@ -200,8 +249,8 @@ func (it *Interpreter) Execute(ctx context.Context, message string, files []Atta
 func (it *Interpreter) runCall(ctx context.Context, tc lm.ToolCall, timeout time.Duration, maxOut int, files []Attachment) (lm.Message, CodeExecResult, error) {
 	reply := lm.Message{Role: lm.RoleTool, ToolCallID: tc.ID}
 	rec := CodeExecResult{ID: tc.ID}
-	if tc.Name != ToolName {
-		reply.IsError, reply.Text = true, fmt.Sprintf("Unknown tool %q; the only tool is %s.", tc.Name, ToolName)
+	if tc.Name != it.toolName() {
+		reply.IsError, reply.Text = true, fmt.Sprintf("Unknown tool %q; the only tool is %s.", tc.Name, it.toolName())
 		rec.Output = reply.Text
 		return reply, rec, nil
 	}

@@ -112,6 +112,12 @@ func Create(ctx context.Context, cfg sandboxes.Config) (*Sandbox, error) {
 // Wrap adapts an existing sandbox; Terminate will close it.
 func Wrap(sb *sandboxes.Sandbox) *Sandbox { return &Sandbox{SB: sb} }
 
+// RegisterTools grants the sandbox tools (code mode; see
+// sandboxes.Sandbox.RegisterTools).
+func (s *Sandbox) RegisterTools(ctx context.Context, tools ...sandboxes.Tool) error {
+	return s.SB.RegisterTools(ctx, tools...)
+}
+
 // Terminate kills the sandbox.
 func (s *Sandbox) Terminate() error { return s.SB.Close() }
 

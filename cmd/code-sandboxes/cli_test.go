@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/mcptest"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 var bin, runtime string
 
 func TestMain(m *testing.M) {
+	mcptest.MaybeServe() // this binary as the MCP server of TestMCPToolServer
 	dir, err := os.MkdirTemp("", "cs-cli-")
 	if err != nil {
 		panic(err)

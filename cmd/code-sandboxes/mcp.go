@@ -14,7 +14,9 @@ import (
 	"os"
 	"time"
 
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcpserver"
+	"github.com/code-sandboxes/code-sandboxes/mcptools"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 )
@@ -24,11 +26,14 @@ func mcpCmd() *cobra.Command {
 	var listen, token string
 	var idle time.Duration
 	var maxSessions int
+	var toolServers, toolNames []string
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve the Model Context Protocol (stdio, or streamable HTTP with --listen): run code, commands and files in a sandbox per session",
 		Example: `  code-sandboxes mcp                              # stdio, for a client that starts it
   code-sandboxes mcp --listen 127.0.0.1:8080      # streamable HTTP at http://127.0.0.1:8080/mcp
+  code-sandboxes mcp --tool-server "my-mcp-server --stdio" --tool search
+                                                  # run_code's code can call tools.search(...)
 
 With --listen every request needs Authorization: Bearer <token>: --token,
 else $CODE_SANDBOXES_MCP_TOKEN, else one is generated and printed.`,
@@ -39,7 +44,20 @@ else $CODE_SANDBOXES_MCP_TOKEN, else one is generated and printed.`,
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			srv := mcpserver.New(mcpserver.Options{Config: cfg, ExecTimeout: c.timeout, Version: version, Logger: logger})
+			var tools []sandboxes.Tool
+			if len(toolServers) > 0 {
+				dctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+				var closeTools func()
+				tools, closeTools, err = mcptools.FromServers(dctx, toolServers, toolNames)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("mcp: --tool-server: %w", err)
+				}
+				defer closeTools()
+			} else if len(toolNames) > 0 {
+				return errors.New("mcp: --tool names tools of the servers given with --tool-server; give one")
+			}
+			srv := mcpserver.New(mcpserver.Options{Config: cfg, ExecTimeout: c.timeout, Version: version, Logger: logger, Tools: tools})
 			defer srv.Close()
 			ctx := cmd.Context()
 			if listen == "" {
@@ -90,6 +108,8 @@ else $CODE_SANDBOXES_MCP_TOKEN, else one is generated and printed.`,
 	cmd.Flags().StringVar(&listen, "listen", "", "serve streamable HTTP on this address (path /mcp) instead of stdio")
 	cmd.Flags().DurationVar(&idle, "session-idle", 30*time.Minute, "HTTP: end (and kill the sandbox of) a session idle this long (0 = never)")
 	cmd.Flags().StringVar(&token, "token", "", "HTTP: bearer token clients must send (default $CODE_SANDBOXES_MCP_TOKEN, else generated and printed)")
+	cmd.Flags().StringArrayVar(&toolServers, "tool-server", nil, "expose the tools of this MCP server to the code run_code runs (import tools): an http(s):// URL (streamable HTTP) or a command line serving MCP on stdio (split on spaces, no shell); repeatable")
+	cmd.Flags().StringSliceVar(&toolNames, "tool", nil, "grant only these tools of the --tool-server servers (default: all); repeatable or comma-separated")
 	cmd.Flags().IntVar(&maxSessions, "max-sessions", 16, "HTTP: sessions (each with its sandbox) open at once")
 	return cmd
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/mcptools"
 	"github.com/spf13/cobra"
 )
 
@@ -29,6 +31,7 @@ func serveCmd() *cobra.Command {
 		maxSandboxes, createsPerMinute                                int
 		maxTimeout                                                    time.Duration
 		keep, verbose, requireTraffic, templateBuilds                 bool
+		toolServers                                                   []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -103,8 +106,29 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				return fmt.Errorf("--log-format %q: use text or json", logFormat)
 			}
 			logger := slog.New(handler)
+			toolSets := map[string][]sandboxes.Tool{}
+			for _, ts := range toolServers {
+				name, spec, ok := strings.Cut(ts, "=")
+				if !ok || name == "" || strings.TrimSpace(spec) == "" {
+					return fmt.Errorf("--tool-server %q: give NAME=COMMAND or NAME=URL", ts)
+				}
+				if _, dup := toolSets[name]; dup {
+					return fmt.Errorf("--tool-server: the name %q is given twice", name)
+				}
+				dctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+				cs, err := mcptools.Dial(dctx, spec)
+				if err == nil {
+					toolSets[name], err = mcptools.Tools(dctx, cs)
+					defer cs.Close()
+				}
+				cancel()
+				if err != nil {
+					return fmt.Errorf("--tool-server %s: %w", name, err)
+				}
+			}
 			srv, err := e2bserver.New(e2bserver.Options{
-				Keys: keys,
+				ToolSets: toolSets,
+				Keys:     keys,
 				// E2B's lifetime is its timeout, extended only by
 				// setTimeout: no idle timeout behind serve.
 				Config: sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
@@ -175,6 +199,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")
+	f.StringArrayVar(&toolServers, "tool-server", nil, "NAME=COMMAND or NAME=URL: an MCP server (a command line serving stdio, split on spaces, or a streamable HTTP URL) whose tools a create request may grant its sandbox's code, with our body field \"tools\": [\"NAME\", \"NAME.tool\"] or metadata code-sandboxes/tools=NAME (docs/agent-protocol.md); repeatable")
 	return cmd
 }
 

@@ -65,6 +65,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	contexts *contextTable
+	tools    *toolHub
 	mux      *http.ServeMux
 	started  time.Time
 
@@ -120,10 +121,13 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: cfg, started: time.Now(), expired: make(chan struct{}), lastUsed: time.Now()}
+	s.tools = newToolHub(toolsSocketPath())
 	env := os.Environ()
 	for k, v := range cfg.Env {
 		env = append(env, k+"="+v)
 	}
+	// Kernels find the tools socket here (it exists once tools are granted).
+	env = append(env, ToolsSocketEnv+"="+s.tools.sockPath)
 	s.contexts = newContextTable(func(language, cwd string) (*kernel.Session, error) {
 		if err := kernel.CheckLanguage(context.Background(), language, env); err != nil {
 			return nil, err
@@ -233,6 +237,7 @@ func (s *Server) Handler() http.Handler { return s.auth(s.inUse(s.mux)) }
 
 // Close kills every kernel.
 func (s *Server) Close() {
+	s.tools.close()
 	s.contexts.closeAll()
 	if s.cfg.OnClose != nil {
 		s.cfg.OnClose()
@@ -385,6 +390,8 @@ func (s *Server) routes() {
 		go func() { time.Sleep(50 * time.Millisecond); s.expire() }()
 	})
 	m.HandleFunc("GET /x/forward/{port}", s.handleForward)
+	m.HandleFunc("POST /x/tools", s.handleTools)
+	m.HandleFunc("POST /x/tools/calls/{id}", s.handleToolResult)
 }
 
 // Info is what GET /x/info answers.

@@ -156,6 +156,9 @@ type newSandbox struct {
 	} `json:"network"`
 	VolumeMounts []json.RawMessage `json:"volumeMounts"`
 	MCP          json.RawMessage   `json:"mcp"`
+	// Tools is our extension: the tool sets (or set.tool) to grant the
+	// sandbox's code (Options.ToolSets).
+	Tools []string `json:"tools"`
 }
 
 // sandboxJSON is E2B's Sandbox (create and connect answers).
@@ -273,6 +276,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "MCP gateways are not supported")
 		return
 	}
+	grants := req.Tools
+	if v, ok := req.Metadata[ToolsMetadataKey]; ok {
+		for _, g := range strings.Split(v, ",") {
+			if g = strings.TrimSpace(g); g != "" {
+				grants = append(grants, g)
+			}
+		}
+	}
+	tools, err := s.grantedTools(grants)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
 	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
 		private = true
 	}
@@ -286,6 +302,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	tags := map[string]string{}
 	for key, v := range req.Metadata {
+		if key == ToolsMetadataKey {
+			continue // a grant, not a label (its commas aren't valid in every variant's labels)
+		}
 		if strings.HasPrefix(key, tagPrefix) {
 			writeError(w, http.StatusBadRequest, "metadata key %q: the prefix %q is reserved by the server", key, tagPrefix)
 			return
@@ -333,6 +352,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cfg.Env = req.EnvVars
 	cfg.MaxLifetime = lifetime
 	cfg.NetworkPolicy = network
+	cfg.Tools = tools
 	cfg.Memory, cfg.CPU = q.Memory, q.CPU
 	if envID != "" {
 		cfg.Environment = envID
@@ -925,3 +945,57 @@ func decodeCursor(tok string) (listedSandbox, error) {
 }
 
 func parseUnix(v string) (int64, error) { return strconv.ParseInt(v, 10, 64) }
+
+// grantedTools resolves a create request's tool grants: "set" is every tool
+// of a configured set, "set.tool" one of them. Anything else is refused with
+// what there is.
+func (s *Server) grantedTools(grants []string) ([]sandboxes.Tool, error) {
+	if len(grants) == 0 {
+		return nil, nil
+	}
+	if len(s.toolSets) == 0 {
+		return nil, fmt.Errorf("tools %q: this server has no tool sets (start serve with --tool-server NAME=CMD_OR_URL)", grants)
+	}
+	var out []sandboxes.Tool
+	seen := map[string]bool{}
+	add := func(t sandboxes.Tool) error {
+		if seen[t.Name] {
+			return nil
+		}
+		seen[t.Name] = true
+		out = append(out, t)
+		if len(out) > sandboxes.MaxTools {
+			return fmt.Errorf("more than %d tools granted", sandboxes.MaxTools)
+		}
+		return nil
+	}
+	for _, g := range grants {
+		set, tool, one := strings.Cut(g, ".")
+		tools, ok := s.toolSets[set]
+		if !ok {
+			names := make([]string, 0, len(s.toolSets))
+			for n := range s.toolSets {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			return nil, fmt.Errorf("tools: %q is no tool set of this server (it has: %s)", set, strings.Join(names, ", "))
+		}
+		found := false
+		for _, t := range tools {
+			if !one || t.Name == tool {
+				found = true
+				if err := add(t); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if !found {
+			var names []string
+			for _, t := range tools {
+				names = append(names, t.Name)
+			}
+			return nil, fmt.Errorf("tools: tool set %q has no tool %q (it has: %s)", set, tool, strings.Join(names, ", "))
+		}
+	}
+	return out, nil
+}

@@ -139,7 +139,20 @@ type Options struct {
 	// Logger receives who created, connected to and killed what, and one
 	// debug line per API call; nil = discard.
 	Logger *slog.Logger
+	// ToolSets are the tools a create request may grant its sandbox, by
+	// set name (serve's --tool-server NAME=…: the tools of one MCP
+	// server). E2B's SDKs can't register functions, so this is how code
+	// in a sandbox created through serve reaches tools: our extension of
+	// the create body, "tools": ["set", "set.tool", …], or the metadata
+	// key ToolsMetadataKey (docs/agent-protocol.md).
+	ToolSets map[string][]sandboxes.Tool
 }
+
+// ToolsMetadataKey is the create request's metadata key that grants tool
+// sets when the client can't send the body's "tools" field (E2B's SDKs
+// send only the fields they know; metadata passes through): a
+// comma-separated list like the field's.
+const ToolsMetadataKey = "code-sandboxes/tools"
 
 // Server is the E2B-compatible HTTP handler.
 type Server struct {
@@ -160,6 +173,8 @@ type Server struct {
 
 	keysMu sync.RWMutex
 	keys   []Key
+
+	toolSets map[string][]sandboxes.Tool
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry // the live sandboxes we created or adopted
@@ -203,8 +218,13 @@ type teamState struct {
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
 	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, metricsToken: o.MetricsToken,
-		maxTimeout: o.MaxTimeout, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}}
+		maxTimeout: o.MaxTimeout, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
 	s.createCtx, s.stopCreates = context.WithCancel(context.Background())
+	for name := range o.ToolSets {
+		if name == "" || strings.ContainsAny(name, ".,= \t") {
+			return nil, fmt.Errorf("e2bserver: tool set name %q: use letters, digits, - and _ (no . , = or spaces)", name)
+		}
+	}
 	keys := o.Keys
 	for _, k := range o.APIKeys {
 		keys = append(keys, Key{Key: k, Team: "default"})

@@ -44,6 +44,10 @@ type Options struct {
 	// Version is reported to clients.
 	Version string
 	Logger  *slog.Logger
+	// Tools are granted to every session's sandbox (code mode): code run
+	// with run_code calls them through the tools module, and run_code's
+	// description lists their Python signatures.
+	Tools []sandboxes.Tool
 }
 
 // Server is the MCP server and its sandboxes.
@@ -77,6 +81,9 @@ func New(opts Options) *Server {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if len(opts.Tools) > 0 {
+		opts.Config.Tools = opts.Tools
 	}
 	s := &Server{opts: opts, sessions: map[*mcp.ServerSession]*session{}}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "code-sandboxes", Version: opts.Version}, &mcp.ServerOptions{
@@ -292,7 +299,11 @@ type (
 )
 
 func (s *Server) addTools() {
-	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run_code", Description: "Run Python code in the sandbox's stateful Jupyter-like kernel. Returns stdout, the value of the last expression, stderr and the error with its traceback; displayed figures (plt.show()) come back as images."}, s.runCode)
+	runCode := "Run Python code in the sandbox's stateful Jupyter-like kernel. Returns stdout, the value of the last expression, stderr and the error with its traceback; displayed figures (plt.show()) come back as images."
+	if len(s.opts.Tools) > 0 {
+		runCode += "\n\n" + interpreter.ToolsPrompt(s.opts.Tools)
+	}
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run_code", Description: runCode}, s.runCode)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "run_command", Description: "Run a shell command in the sandbox and return its exit code, stdout and stderr."}, s.runCommand)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "read_file", Description: "Read a file of the sandbox: text as text, PNG/JPEG/GIF/WebP as an image, other files as a base64 blob."}, s.readFile)
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: "write_file", Description: "Write a file in the sandbox, replacing it."}, s.writeFile)

@@ -14,6 +14,8 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcpserver"
+	"github.com/code-sandboxes/code-sandboxes/internal/mcptest"
+	"github.com/code-sandboxes/code-sandboxes/mcptools"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -23,6 +25,7 @@ const stdioEnv = "CODE_SANDBOXES_MCPSERVER_TEST_STDIO"
 // TestMain doubles as `code-sandboxes mcp` over stdio when the stdio test
 // starts this binary as the server.
 func TestMain(m *testing.M) {
+	mcptest.MaybeServe() // the MCP server whose tools TestToolServers grants
 	if rt := os.Getenv(stdioEnv); rt != "" {
 		srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
 		err := srv.Run(context.Background(), &mcp.StdioTransport{})
@@ -291,4 +294,48 @@ func TestStreamableHTTPGuard(t *testing.T) {
 	}
 	b.Close()
 	_ = a
+}
+
+// TestToolServers is `code-sandboxes mcp --tool-server CMD --tool shout
+// --tool word-count`: another MCP server (this test binary as a stdio
+// child), its granted tools callable from run_code's code, the others not.
+func TestToolServers(t *testing.T) {
+	requireDeps(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Setenv(mcptest.ServeEnv, "1") // for the child only: TestMain already ran
+	tools, closeTools, err := mcptools.FromServers(ctx, []string{os.Args[0]}, []string{"shout", "word-count"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeTools()
+	rt := t.TempDir()
+	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, Tools: tools})
+	defer srv.Close()
+	st, ct := mcp.NewInMemoryTransports()
+	go func() { _ = srv.Run(ctx, st) }()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range list.Tools {
+		if tl.Name == "run_code" && (!strings.Contains(tl.Description, "tools.shout(*, text: str)") || strings.Contains(tl.Description, "tools.fail")) {
+			t.Errorf("run_code's description doesn't list exactly the granted tools:\n%s", tl.Description)
+		}
+	}
+	res := call(t, ctx, cs, "run_code", map[string]any{"code": `import tools
+print(tools.shout(text="hi"), tools.word_count(text="a b c"))
+try:
+    tools.call("fail")
+except tools.ToolError as e:
+    print("refused:", e)`})
+	out := text(res)
+	if res.IsError || !strings.Contains(out, "HI {'words': 3}") || !strings.Contains(out, `refused: tool "fail" is not granted`) {
+		t.Errorf("run_code: %s", out)
+	}
 }
