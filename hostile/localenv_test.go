@@ -180,19 +180,23 @@ print(json.dumps(out))`)
 
 // writeOutsideOnImage walks the sandbox's whole tree: nothing of the
 // image (nor of the variant's own mounts) is writable for user code but the
-// sandbox's own tmpfs mounts. WriteOutside tries a list of paths; an image
+// sandbox's own tmpfs mounts (the local variant's root directory is one). WriteOutside tries a list of paths; an image
 // brings many more (a directory left 0777, /run/lock 1777…), and only a
 // read-only mount makes them all safe.
 func writeOutsideOnImage(t *testing.T, sb *sandboxes.Sandbox) {
 	ex := runPy(t, sb, `import os, stat
 own = ('/proc', '/sys', '/dev', '/tmp', '/home/user', '/files', '/var/tmp')
+# A writable root directory is the sandbox's own tmpfs (the local variant):
+# what lives on it (/home, the mount points) is the sandbox's, not the image's.
+rootdev = os.stat('/').st_dev if os.access('/', os.W_OK) else None
 writable, n = [], 0
 for root, dirs, files in os.walk('/'):
     dirs[:] = [d for d in dirs if os.path.join(root, d) not in own]
     for name in dirs + files:
         p = os.path.join(root, name); n += 1
         try:
-            if not stat.S_ISLNK(os.lstat(p).st_mode) and os.access(p, os.W_OK):
+            st = os.lstat(p)
+            if not stat.S_ISLNK(st.st_mode) and st.st_dev != rootdev and os.access(p, os.W_OK):
                 writable.append(p)
         except OSError:
             pass

@@ -199,7 +199,7 @@ func setupRoot(cfg *childConfig) error {
 	// host's /tmp is hidden by it only inside our mount namespace. The
 	// rootfs, even when it lives under /tmp, stays reachable: we hold an fd.
 	const nr = "/tmp"
-	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=1024"); err != nil {
+	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, rootTmpfsData(cfg.RootSize)); err != nil {
 		return err
 	}
 	if cfg.RootfsFD > 0 {
@@ -284,10 +284,8 @@ func setupRoot(cfg *childConfig) error {
 	if err := maskProc(); err != nil {
 		return err
 	}
-	// Finally the root itself (the tmpfs with the mount points) read-only.
-	if err := mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return err
-	}
+	// The root itself (the tmpfs with the mount points) stays writable:
+	// see rootTmpfsData.
 	return nil
 }
 

@@ -102,6 +102,7 @@ type childConfig struct {
 	HomeSize  int64  `json:"home"`
 	FilesSize int64  `json:"files"`
 	TmpSize   int64  `json:"tmp"`
+	RootSize  int64  `json:"root"`
 	NoFile    uint64 `json:"nofile"`
 	FSize     int64  `json:"fsize"`
 	// Rootfs is Spec.Rootfs ("" = the host's directories), for messages:
@@ -125,7 +126,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	default:
 		return nil, fmt.Errorf("isolate: unknown network mode %q (want %q, %q or %q)", spec.Network, NetworkNone, NetworkTUN, NetworkAll)
 	}
-	if spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.Pids < 0 || spec.HomeSizeBytes < 0 || spec.TmpSizeBytes < 0 || spec.FilesSizeBytes < 0 {
+	if spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.Pids < 0 || spec.HomeSizeBytes < 0 || spec.TmpSizeBytes < 0 || spec.FilesSizeBytes < 0 || spec.RootSizeBytes < 0 {
 		return nil, errors.New("isolate: negative limit")
 	}
 	if spec.Path == "" {
@@ -144,12 +145,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		HomeSize:  orDefault(spec.HomeSizeBytes, TmpfsSize(DefaultHomeSize, spec.MemoryBytes)),
 		FilesSize: orDefault(spec.FilesSizeBytes, TmpfsSize(DefaultFilesSize, spec.MemoryBytes)),
 		TmpSize:   orDefault(spec.TmpSizeBytes, TmpfsSize(DefaultTmpSize, spec.MemoryBytes)),
+		RootSize:  orDefault(spec.RootSizeBytes, TmpfsSize(DefaultRootSize, spec.MemoryBytes)),
 		NoFile:    DefaultNoFile,
 	}
 	// RLIMIT_FSIZE: no single file can be larger than the largest writable
 	// filesystem anyway; the limit turns "disk full" surprises in one mount
 	// into a clean EFBIG/SIGXFSZ, and caps files written to /dev/shm.
-	cfg.FSize = max(cfg.HomeSize, cfg.FilesSize, cfg.TmpSize)
+	cfg.FSize = max(cfg.HomeSize, cfg.FilesSize, cfg.TmpSize, cfg.RootSize)
 
 	var idb [8]byte
 	if _, err := rand.Read(idb[:]); err != nil {

@@ -33,6 +33,10 @@ const (
 	DefaultHomeSize  = 1 << 30   // /home/user
 	DefaultFilesSize = 1 << 30   // /files
 	DefaultTmpSize   = 512 << 20 // /tmp
+	// DefaultRootSize bounds what user code writes to the root directory
+	// itself (mkdir /x, /0/file): the sandbox's root is a tmpfs of its own
+	// holding the read-only system directories' mount points.
+	DefaultRootSize = 512 << 20
 	// DefaultNoFile is RLIMIT_NOFILE (soft and hard) inside the sandbox.
 	DefaultNoFile = 4096
 )
@@ -89,7 +93,9 @@ type Spec struct {
 	Hostname string // default "sandbox"
 	Network  string // NetworkNone (default), NetworkTUN or NetworkAll
 	// Rootfs is the directory whose content becomes the sandbox's root,
-	// read-only; "" means the host's system directories (/usr, /bin, /sbin,
+	// read-only (the root directory itself is a writable tmpfs of the
+	// sandbox's own, RootSizeBytes, so that mkdir /x works as on E2B; the
+	// entries taken from the rootfs stay read-only binds); "" means the host's system directories (/usr, /bin, /sbin,
 	// /lib*, /etc) and nothing else of the host. Either way the sandbox's
 	// /proc, /dev, /tmp, /home/user and /files are its own (they need not
 	// exist in the rootfs; a rootfs's own are hidden, as are its /home and
@@ -119,6 +125,7 @@ type Spec struct {
 	HomeSizeBytes  int64 // /home/user
 	FilesSizeBytes int64 // /files
 	TmpSizeBytes   int64 // /tmp
+	RootSizeBytes  int64 // the root directory's own tmpfs (/x, /0/file)
 }
 
 // ExitInfo describes how the sandbox's init ended.
