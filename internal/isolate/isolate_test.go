@@ -27,6 +27,9 @@ import (
 // The test binary doubles as the sandbox init: TestMain detects the child,
 // calls Child and runs the mode named in ISOLATE_TEST_MODE.
 func TestMain(m *testing.M) {
+	if IsSudo() {
+		os.Exit(Sudo())
+	}
 	if IsChild() {
 		if err := Child(); err != nil {
 			fmt.Fprintln(os.Stderr, "Child:", err)
@@ -45,6 +48,8 @@ func childMain(mode string) int {
 		return 7
 	case "rootfs-checks":
 		return runChecks() + runRootfsChecks()
+	case "root-user":
+		return runRootUserChecks()
 	case "writable-root":
 		return runWritableRootChecks()
 	case "root-absent":

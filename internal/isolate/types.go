@@ -119,6 +119,11 @@ type Spec struct {
 	// count per uid) from counting for another. Ignored for other callers:
 	// their sandboxes map to their own uid.
 	HostUID, HostGID int
+	// HostRootUID and HostRootGID, when set (root callers only), give the
+	// sandbox a root user mapped to these host ids: uid 0 of a user
+	// namespace nested in the sandbox's, with no capabilities, reached
+	// through sudo (rootuser.go). 0 = no root in the sandbox.
+	HostRootUID, HostRootGID int
 
 	// Sizes of the tmpfs mounts; 0 = default (capped at half of
 	// MemoryBytes, see TmpfsSize).

@@ -24,6 +24,13 @@ import "fmt"
 //
 // The owner is the sandbox's user (1000:100): its agent writes the files the
 // SDK uploads.
-func rootTmpfsData(size int64) string {
-	return fmt.Sprintf("mode=0755,uid=%d,gid=%d,size=%d,nr_inodes=%d", SandboxUID, SandboxGID, size, TmpfsInodes(size))
+//
+// With a root user (rootuser.go) it is 1777, as /tmp: both the user and root
+// create entries there, and only the owner of one may remove it.
+func rootTmpfsData(size int64, rootUser bool) string {
+	mode := "0755"
+	if rootUser {
+		mode = "1777"
+	}
+	return fmt.Sprintf("mode=%s,uid=%d,gid=%d,size=%d,nr_inodes=%d", mode, SandboxUID, SandboxGID, size, TmpfsInodes(size))
 }
