@@ -17,6 +17,12 @@ type EnvdOptions struct {
 	// Contract gives commands the sandbox contract's environment
 	// (SandboxEnv: LANG, TZ, SHELL, …) under Env, as kernels get it.
 	Contract bool
+	// Sudo is the sandbox's sudo when it has a root user (the local
+	// variant's, isolate.SudoPath), and Root that user's identity as the
+	// agent sees it: the user "root" is then accepted, and its commands run
+	// through Sudo.
+	Sudo string
+	Root envd.User
 }
 
 // sandboxUser answers for the sandbox contract's single user when the agent
@@ -35,6 +41,12 @@ func sandboxUser(o EnvdOptions) func(string) (envd.User, error) {
 		}
 		if name == "" || name == o.DefaultUser {
 			return envd.User{Name: o.DefaultUser, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Home: o.Home}, nil
+		}
+		if name == "root" && o.Sudo != "" {
+			return o.Root, nil
+		}
+		if o.Sudo == "" && name == "root" {
+			return envd.User{}, fmt.Errorf("%w: %q: this sandbox has no root user (the local variant has one when its creator runs as root; elsewhere only the user %q)", envd.ErrUserNotAllowed, name, o.DefaultUser)
 		}
 		return envd.User{}, fmt.Errorf("%w: %q: this sandbox has only the user %q", envd.ErrUserNotAllowed, name, o.DefaultUser)
 	}
@@ -65,6 +77,7 @@ func EnvdRoutes(o EnvdOptions) (map[string]http.Handler, func()) {
 		}
 	}
 	opts := envd.Options{
+		Sudo:           o.Sudo,
 		DefaultUser:    o.DefaultUser,
 		LookupUser:     sandboxUser(o),
 		Env:            func() map[string]string { return env },

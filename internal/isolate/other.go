@@ -21,6 +21,9 @@ func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported
 func CheckSupport() error                           { return errUnsupported }
 func AttachTUN(int) (*os.File, error)               { return nil, errUnsupported }
 func IsChild() bool                                 { return false }
+func IsSudo() bool                                  { return false }
+func Sudo() int                                     { return 1 }
+func RootAvailable() bool                           { return false }
 func Child() error                                  { return errUnsupported }
 func LoadSeccompAllThreads() error                  { return errUnsupported }
 func (p *Process) Wait() (ExitInfo, error)          { return ExitInfo{}, errUnsupported }

@@ -47,26 +47,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Paths of the root broker inside a sandbox with a root user.
-const (
-	// RootDir is root-owned, on the root directory's tmpfs; a rootfs's own
-	// entry of that name is hidden.
-	RootDir    = "/.code-sandboxes"
-	RootSocket = RootDir + "/root.sock"
-	// SudoPath is this binary, read-only: run as "sudo" it is the client.
-	SudoPath = RootDir + "/bin/sudo"
-	// RootHome is root's home; a rootfs's own /root is hidden.
-	RootHome = "/root"
-)
-
-// RootOuterUID and RootOuterGID are the sandbox root's ids in the sandbox's
-// own user namespace, where the agent runs: what it sees as the owner of
-// root's files and processes.
-const (
-	RootOuterUID = 999
-	RootOuterGID = 999
-)
-
 // maxRootRequest bounds a request to the broker (argv and environment).
 const maxRootRequest = 256 << 10
 
@@ -157,7 +137,16 @@ func startRootBroker(cfg *childConfig) error {
 			Setsid:                     true,
 		},
 	}
+	// Stage 1's own fds that stage 2 inherits (the status pipe, the
+	// caller's ExtraFiles) are no business of the broker's and must not
+	// reach it: a copy of the status pipe's write end there would keep
+	// Start from ever seeing its EOF.
+	restore, err := cloexecInherited()
+	if err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
 	err = cmd.Start()
+	restore()
 	statW.Close()
 	if err != nil {
 		return fmt.Errorf("root user: start broker: %w", err)
@@ -206,6 +195,36 @@ func reopenFileInChild(pid int, f *os.File) (int, error) {
 		return -1, fmt.Errorf("%s changed while the sandbox started", canon)
 	}
 	return fd, nil
+}
+
+// cloexecInherited sets close-on-exec on every fd from 3 up that lacks it
+// and returns the function that clears it again.
+func cloexecInherited() (func(), error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	var set []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // closed meanwhile (the listing's own fd), or already
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err == nil {
+			set = append(set, fd)
+		}
+	}
+	return func() {
+		for _, fd := range set {
+			if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+				unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags&^unix.FD_CLOEXEC)
+			}
+		}
+	}, nil
 }
 
 // rootStage3 hardens the broker as stage 1 hardens itself, then re-executes
@@ -372,7 +391,7 @@ func IsSudo() bool {
 // pass to sudo (-u root, -E, -H, -n, -S, -k, -i, -s, --).
 func Sudo() int {
 	args := os.Args[1:]
-	shell := false
+	shell, chdir := false, ""
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "sudo: "+format+"\n", a...)
 		return 1
@@ -390,6 +409,12 @@ func Sudo() int {
 			if u := args[0]; u != "root" && u != "0" && u != "#0" {
 				return fail("only root is available here (asked for %q); run as the sandbox's user without sudo", u)
 			}
+			args = args[1:]
+		case "-D", "--chdir":
+			if len(args) == 0 {
+				return fail("option -D needs a directory")
+			}
+			chdir = args[0]
 			args = args[1:]
 		case "-E", "-H", "-n", "-S", "-k", "-P", "--preserve-env", "--non-interactive", "--set-home":
 		case "-i", "-s", "--login", "--shell":
@@ -430,6 +455,9 @@ done:
 		return fail("%v", err)
 	}
 	dir, _ := os.Getwd()
+	if chdir != "" {
+		dir = chdir // the broker changes to it, as root
+	}
 	env := []string{"HOME=" + RootHome, "USER=root", "LOGNAME=root", "SUDO_USER=" + os.Getenv("USER"),
 		"SUDO_UID=" + strconv.Itoa(os.Getuid()), "SUDO_GID=" + strconv.Itoa(os.Getgid())}
 	for _, kv := range os.Environ() {

@@ -153,6 +153,13 @@ func runRootUserChecks() int {
 		}
 		return nil
 	}())
+	check("root's commands get no fd of the sandbox's setup", func() error {
+		out, code := sudo("ls", "/proc/self/fd")
+		if code != 0 || strings.Join(strings.Fields(out), " ") != "0 1 2 3" {
+			return fmt.Errorf("fds %q (exit %d), want 0 1 2 and ls's own 3", out, code)
+		}
+		return nil
+	}())
 	check("sudo refuses other users", want([]string{"-u", "nobody", "id"}, "*", 1))
 	if failed > 0 {
 		return 1
@@ -189,7 +196,29 @@ func TestRootUser(t *testing.T) {
 		}
 		testdep.Require(t, false, "a root user needs a root caller")
 	}
-	p, out := startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID}, "root-user")
+	// An extra file, as the local variant passes its listener and config:
+	// Start must still see the status pipe's EOF (the broker holds no copy).
+	extraR, extraW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extraR.Close()
+	defer extraW.Close()
+	done := make(chan struct{})
+	var p *Process
+	var out io.Reader
+	go func() {
+		defer close(done)
+		p, out = startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID, ExtraFiles: []*os.File{extraR}}, "root-user")
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return within 30s (a copy of the status pipe held by the broker?)")
+	}
+	if p == nil {
+		return
+	}
 	all, _ := io.ReadAll(out)
 	for line := range strings.Lines(string(all)) {
 		line = strings.TrimSpace(line)

@@ -28,6 +28,26 @@ const (
 	RootModeHostGID = 100000 + SandboxGID
 )
 
+// Paths of the root broker inside a sandbox with a root user.
+const (
+	// RootDir is root-owned, on the root directory's tmpfs; a rootfs's own
+	// entry of that name is hidden.
+	RootDir    = "/.code-sandboxes"
+	RootSocket = RootDir + "/root.sock"
+	// SudoPath is this binary, read-only: run as "sudo" it is the client.
+	SudoPath = RootDir + "/bin/sudo"
+	// RootHome is root's home; a rootfs's own /root is hidden.
+	RootHome = "/root"
+)
+
+// RootOuterUID and RootOuterGID are the sandbox root's ids in the sandbox's
+// own user namespace, where the agent runs: what it sees as the owner of
+// root's files and processes.
+const (
+	RootOuterUID = 999
+	RootOuterGID = 999
+)
+
 // Defaults for the size-limited tmpfs mounts.
 const (
 	DefaultHomeSize  = 1 << 30   // /home/user

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
@@ -36,6 +38,19 @@ func runAgent() int {
 		return 1
 	}
 	cfgFile.Close()
+	// A root user (root callers' sandboxes): sudo first on PATH, for user
+	// code and for the SDK's user: 'root'.
+	var root agent.EnvdOptions
+	if isolate.RootAvailable() {
+		root.Sudo = isolate.SudoPath
+		root.Root = envd.User{Name: "root", UID: isolate.RootOuterUID, GID: isolate.RootOuterGID, Home: isolate.RootHome}
+		if _, set := cfg.Env["PATH"]; !set {
+			if cfg.Env == nil {
+				cfg.Env = map[string]string{}
+			}
+			cfg.Env["PATH"] = filepath.Dir(isolate.SudoPath) + ":" + agent.SandboxEnv(nil)["PATH"]
+		}
+	}
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: listener:", err)
@@ -51,7 +66,7 @@ func runAgent() int {
 	}
 	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true})
+	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
