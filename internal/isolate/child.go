@@ -143,6 +143,9 @@ func stage1(cfg *childConfig) error {
 	}
 	if cfg.RootUser {
 		// Before the capabilities go: the broker is started as uid 0.
+		if err := sudoOnPath(); err != nil {
+			return err
+		}
 		if err := startRootBroker(cfg); err != nil {
 			return err
 		}

@@ -99,6 +99,36 @@ func prepareRootUser(nr string, cfg *childConfig) error {
 	return nil
 }
 
+// sudoOnPath puts sudo into /usr/local/bin, which every PATH has (a login
+// shell's too: Debian's /etc/profile resets PATH): a read-only overlay of a
+// directory holding only a sudo script over the system's own, so nothing
+// of /usr/local/bin is hidden and nothing can be written there. Runs after
+// the pivot (every path is inside the sandbox's root); without
+// /usr/local/bin, or where the kernel refuses the overlay, sudo is at
+// SudoPath only.
+func sudoOnPath() error {
+	if fi, err := os.Lstat("/usr/local/bin"); err != nil || !fi.IsDir() {
+		return nil
+	}
+	dir := RootDir + "/path"
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	script := "#!/bin/sh\nexec " + SudoPath + " \"$@\"\n"
+	if err := os.WriteFile(dir+"/sudo", []byte(script), 0o755); err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	for _, p := range []string{dir + "/sudo", dir} {
+		if err := os.Chown(p, RootOuterUID, RootOuterGID); err != nil {
+			return fmt.Errorf("root user: %w", err)
+		}
+	}
+	if err := unix.Mount("overlay", "/usr/local/bin", "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "lowerdir="+dir+":/usr/local/bin"); err != nil {
+		fmt.Fprintf(os.Stderr, "isolate: sudo at %s only, not in /usr/local/bin: overlay: %v\n", SudoPath, err)
+	}
+	return nil
+}
+
 // startRootBroker starts the broker as uid 0 and waits until it listens.
 func startRootBroker(cfg *childConfig) error {
 	statR, statW, err := os.Pipe()

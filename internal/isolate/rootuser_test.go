@@ -160,6 +160,13 @@ func runRootUserChecks() int {
 		}
 		return nil
 	}())
+	check("sudo in /usr/local/bin, which a login shell's PATH has", func() error {
+		out, err := exec.Command("/bin/sh", "-c", "PATH=/usr/local/bin:/usr/bin:/bin; sudo id -u; touch /usr/local/bin/x").CombinedOutput()
+		if !strings.HasPrefix(string(out), "0\n") || err == nil {
+			return fmt.Errorf("%q %v (want 0, then a refused write)", out, err)
+		}
+		return nil
+	}())
 	check("sudo refuses other users", want([]string{"-u", "nobody", "id"}, "*", 1))
 	if failed > 0 {
 		return 1

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
@@ -38,18 +37,12 @@ func runAgent() int {
 		return 1
 	}
 	cfgFile.Close()
-	// A root user (root callers' sandboxes): sudo first on PATH, for user
-	// code and for the SDK's user: 'root'.
+	// A root user (root callers' sandboxes; isolate's rootuser.go puts sudo
+	// in /usr/local/bin): the SDK's user: 'root' runs through sudo.
 	var root agent.EnvdOptions
 	if isolate.RootAvailable() {
 		root.Sudo = isolate.SudoPath
 		root.Root = envd.User{Name: "root", UID: isolate.RootOuterUID, GID: isolate.RootOuterGID, Home: isolate.RootHome}
-		if _, set := cfg.Env["PATH"]; !set {
-			if cfg.Env == nil {
-				cfg.Env = map[string]string{}
-			}
-			cfg.Env["PATH"] = filepath.Dir(isolate.SudoPath) + ":" + agent.SandboxEnv(nil)["PATH"]
-		}
 	}
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
