@@ -23,6 +23,8 @@ type EnvdOptions struct {
 	// through Sudo.
 	Sudo string
 	Root envd.User
+	// OpenAs opens files as Root (isolate.RootOpen): /files for user root.
+	OpenAs func(path string, flag int, perm os.FileMode, mkdir bool) (*os.File, error)
 }
 
 // sandboxUser answers for the sandbox contract's single user when the agent
@@ -76,7 +78,17 @@ func EnvdRoutes(o EnvdOptions) (map[string]http.Handler, func()) {
 			}
 		}
 	}
+	var openAs func(envd.User, string, int, os.FileMode, bool) (*os.File, error)
+	if o.OpenAs != nil {
+		openAs = func(u envd.User, path string, flag int, perm os.FileMode, mkdir bool) (*os.File, error) {
+			if u.UID != o.Root.UID {
+				return nil, fmt.Errorf("%w: files of uid %d", envd.ErrUserNotAllowed, u.UID)
+			}
+			return o.OpenAs(path, flag, perm, mkdir)
+		}
+	}
 	opts := envd.Options{
+		OpenAs:         openAs,
 		Sudo:           o.Sudo,
 		DefaultUser:    o.DefaultUser,
 		LookupUser:     sandboxUser(o),

@@ -24,9 +24,12 @@ func IsChild() bool                                 { return false }
 func IsSudo() bool                                  { return false }
 func Sudo() int                                     { return 1 }
 func RootAvailable() bool                           { return false }
-func Child() error                                  { return errUnsupported }
-func LoadSeccompAllThreads() error                  { return errUnsupported }
-func (p *Process) Wait() (ExitInfo, error)          { return ExitInfo{}, errUnsupported }
-func (p *Process) Kill() error                      { return errUnsupported }
-func (p *Process) Cleanup() error                   { return nil }
-func (p *Process) CgroupDirs() []string             { return nil }
+func RootOpen(string, int, os.FileMode, bool) (*os.File, error) {
+	return nil, errUnsupported
+}
+func Child() error                         { return errUnsupported }
+func LoadSeccompAllThreads() error         { return errUnsupported }
+func (p *Process) Wait() (ExitInfo, error) { return ExitInfo{}, errUnsupported }
+func (p *Process) Kill() error             { return errUnsupported }
+func (p *Process) Cleanup() error          { return nil }
+func (p *Process) CgroupDirs() []string    { return nil }

@@ -51,10 +51,17 @@ import (
 const maxRootRequest = 256 << 10
 
 type rootRequest struct {
-	Path string   `json:"path"`
-	Args []string `json:"args"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
+	// Op is "" (run Path with Args, Env, Dir and the three fds sent along)
+	// or "open" (open Path as root with Flags and Perm, creating its parent
+	// directories first with Mkdir, and send the fd back).
+	Op    string   `json:"op,omitempty"`
+	Path  string   `json:"path"`
+	Args  []string `json:"args,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	Dir   string   `json:"dir,omitempty"`
+	Flags int      `json:"flags,omitempty"`
+	Perm  uint32   `json:"perm,omitempty"`
+	Mkdir bool     `json:"mkdir,omitempty"`
 }
 
 // RootAvailable reports whether this sandbox has a root user (its broker is
@@ -351,9 +358,16 @@ func serveRoot(c *net.UnixConn) {
 	}
 	reply := func(s string) { c.Write([]byte(s)) }
 	var req rootRequest
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0 && json.Unmarshal(buf[:n], &req) == nil && req.Op == "open" && len(files) == 0 {
+		serveRootOpen(c, req)
+		return
+	}
 	switch {
 	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
 		reply("error request too large")
+		return
+	case req.Op != "":
+		reply("error unknown operation")
 		return
 	case len(files) != 3:
 		reply(fmt.Sprintf("error want stdin, stdout and stderr, got %d descriptors", len(files)))
@@ -408,6 +422,67 @@ func serveRoot(c *net.UnixConn) {
 	} else {
 		reply("exit " + strconv.Itoa(ws.ExitStatus()))
 	}
+}
+
+// serveRootOpen opens a file as root and sends its fd back ("ok" with the
+// fd, or "errno <n> <text>").
+func serveRootOpen(c *net.UnixConn, req rootRequest) {
+	fail := func(err error) {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EIO
+		}
+		c.Write([]byte(fmt.Sprintf("errno %d %v", int(errno), err)))
+	}
+	if !filepath.IsAbs(req.Path) {
+		fail(syscall.EINVAL)
+		return
+	}
+	if req.Mkdir {
+		if err := os.MkdirAll(filepath.Dir(req.Path), 0o755); err != nil {
+			fail(err)
+			return
+		}
+	}
+	fd, err := unix.Open(req.Path, req.Flags|unix.O_CLOEXEC|unix.O_NOCTTY, req.Perm&0o7777)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer unix.Close(fd)
+	c.WriteMsgUnix([]byte("ok"), unix.UnixRights(fd), nil)
+}
+
+// RootOpen opens path as the sandbox's root (through its broker): flags
+// and perm as open(2)'s; mkdir creates the parent directories first, as
+// root. Errors carry the errno (fs.ErrNotExist, fs.ErrPermission… match).
+func RootOpen(path string, flags int, perm os.FileMode, mkdir bool) (*os.File, error) {
+	req, _ := json.Marshal(rootRequest{Op: "open", Path: path, Flags: flags, Perm: uint32(perm.Perm()), Mkdir: mkdir})
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+	}
+	b := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+	}
+	if rest, ok := strings.CutPrefix(string(b[:n]), "errno "); ok {
+		num, _, _ := strings.Cut(rest, " ")
+		e, _ := strconv.Atoi(num)
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.Errno(e)}
+	}
+	fds, err := receivedFDs(oob[:oobn], 1)
+	if err != nil || string(b[:n]) != "ok" {
+		return nil, fmt.Errorf("the sandbox's root broker: unexpected answer %q (%v)", b[:n], err)
+	}
+	return os.NewFile(uintptr(fds[0]), path), nil
 }
 
 // IsSudo reports whether this process is the sandbox's sudo: the binary run

@@ -167,6 +167,27 @@ func runRootUserChecks() int {
 		}
 		return nil
 	}())
+	check("RootOpen: files as root for the agent", func() error {
+		f, err := RootOpen("/root/deep/up.txt", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644, true)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString("as root")
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if out, code := sudo("stat", "-c", "%U %a", "/root/deep/up.txt"); out != "root 644" || code != 0 {
+			return fmt.Errorf("stat: %q %d", out, code)
+		}
+		if _, err := RootOpen("/root/none", os.O_RDONLY, 0, false); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("missing file: %v, want ErrNotExist", err)
+		}
+		if _, err := RootOpen("/usr/evil", os.O_WRONLY|os.O_CREATE, 0o644, false); err == nil {
+			return errors.New("root opened /usr/evil for writing")
+		}
+		return nil
+	}())
 	check("sudo refuses other users", want([]string{"-u", "nobody", "id"}, "*", 1))
 	if failed > 0 {
 		return 1

@@ -43,6 +43,7 @@ func runAgent() int {
 	if isolate.RootAvailable() {
 		root.Sudo = isolate.SudoPath
 		root.Root = envd.User{Name: "root", UID: isolate.RootOuterUID, GID: isolate.RootOuterGID, Home: isolate.RootHome}
+		root.OpenAs = isolate.RootOpen
 	}
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
@@ -59,7 +60,7 @@ func runAgent() int {
 	}
 	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root})
+	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root, OpenAs: root.OpenAs})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
