@@ -80,7 +80,11 @@ func prepareRootUser(nr string, cfg *childConfig) error {
 	for _, d := range []struct {
 		path string
 		mode os.FileMode
-	}{{RootHome, 0o700}, {RootDir, 0o755}, {RootDir + "/bin", 0o755}} {
+	}{
+		// 0755, not 0700: anyone here may become root (sudo), so nothing
+		// is kept from the user by it, and the user's kernels and the
+		// agent can use /root as a working directory and list it.
+		{RootHome, 0o755}, {RootDir, 0o755}, {RootDir + "/bin", 0o755}} {
 		p := nr + d.path
 		if err := os.Mkdir(p, d.mode); err != nil {
 			return fmt.Errorf("root user: %w", err)

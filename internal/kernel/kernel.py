@@ -1392,6 +1392,18 @@ def get_ipython():
 # group): bash returns from the cell, node interrupts the running script or
 # abandons the awaited promise; both then report the cell as done.
 
+# Where the typescript package may be (Debian's node-typescript first); the
+# Go side (languages.go, TypeScriptLibs) checks the same list.
+_TS_LIBS = ("/usr/share/nodejs/typescript", "/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript")
+
+
+def _ts_lib():
+    for d in _TS_LIBS:
+        if os.path.isfile(os.path.join(d, "lib", "typescript.js")):
+            return d
+    return None
+
+
 _JS_DRIVER = r"""
 'use strict'
 const fs = require('fs'), repl = require('repl'), vm = require('vm'), util = require('util')
@@ -1421,7 +1433,26 @@ function imports(code) {
       return out.join(' ')
     })
 }
+// TypeScript (CS_TS_LIB): each cell transpiled on its own, as a script
+// with ES module syntax (the imports then become dynamic ones above), every
+// import kept (a cell may import for a later one); syntax errors are the
+// cell's SyntaxError. Types are not checked, as with node's type stripping.
+let ts = null
+if (process.env.CS_TS_LIB) { ts = require(process.env.CS_TS_LIB); delete process.env.CS_TS_LIB }
+function transpile(code) {
+  if (!ts) return code
+  const out = ts.transpileModule(code, { reportDiagnostics: true, fileName: 'cell.ts', compilerOptions: {
+    target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, isolatedModules: true,
+    preserveValueImports: true, importsNotUsedAsValues: ts.ImportsNotUsedAsValues.Preserve } })
+  const d = (out.diagnostics || []).filter((x) => x.category === ts.DiagnosticCategory.Error)
+  if (d.length) {
+    const pos = d[0].file && d[0].start !== undefined ? d[0].file.getLineAndCharacterOfPosition(d[0].start) : null
+    throw new SyntaxError(ts.flattenDiagnosticMessageText(d[0].messageText, '\n') + (pos ? ' (cell:' + (pos.line + 1) + ':' + (pos.character + 1) + ')' : ''))
+  }
+  return out.outputText
+}
 function run(code) {
+  try { code = transpile(code) } catch (e) { return Promise.resolve([e]) }
   code = imports(code)
   if (!/\bawait\b/.test(code)) {
     try { return Promise.resolve([null, new vm.Script(code, { filename: 'cell' }).runInThisContext({ breakOnSigint: true })]) } catch (e) { return Promise.resolve([e]) }
@@ -1552,7 +1583,13 @@ class _Child:
                 f.write(_JS_DRIVER)
             argv = ["node"]
             if self.lang == "typescript":
-                argv.append("--experimental-strip-types")
+                # TypeScript's own transpiler where it is installed (any
+                # node), else node's type stripping (22.6 or later).
+                lib = _ts_lib()
+                if lib:
+                    env["CS_TS_LIB"] = lib
+                else:
+                    argv.append("--experimental-strip-types")
             argv.append(drv)
         _flush_streams()
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, st_w), env=env, cwd=os.getcwd())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -41,6 +42,9 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 	if language != "typescript" {
 		return nil
 	}
+	if TypeScriptLib() != "" {
+		return nil // transpiled by TypeScript itself, on any node
+	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "--version").Output()
@@ -55,9 +59,25 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 	major, _ := strconv.Atoi(m[1])
 	minor, _ := strconv.Atoi(m[2])
 	if major < 22 || major == 22 && minor < 6 {
-		return fmt.Errorf("%w: typescript needs node 22.6 or later (it runs .ts by stripping types); this sandbox has node %s", ErrLanguageUnavailable, v)
+		return fmt.Errorf("%w: typescript needs the typescript package (Debian's node-typescript, or npm's in /usr/lib/node_modules) or node 22.6 or later (which strips types itself); this sandbox has node %s and neither", ErrLanguageUnavailable, v)
 	}
 	return nil
+}
+
+// typeScriptLibs are where the typescript package may be installed, in
+// the order kernel.py's _TS_LIBS tries them.
+var typeScriptLibs = []string{"/usr/share/nodejs/typescript", "/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript"}
+
+// TypeScriptLib is the directory of the typescript package the kernel
+// transpiles TypeScript cells with; "" when there is none (node's type
+// stripping is then the way, from node 22.6).
+func TypeScriptLib() string {
+	for _, d := range typeScriptLibs {
+		if fi, err := os.Stat(d + "/lib/typescript.js"); err == nil && fi.Mode().IsRegular() {
+			return d
+		}
+	}
+	return ""
 }
 
 func lookPathEnv(prog string, env []string) (string, error) {

@@ -116,6 +116,54 @@ func TestJavaScriptKernel(t *testing.T) {
 	}
 }
 
+// TestTypeScriptKernel: TypeScript cells (types, interfaces, enums, imports
+// kept for later cells, top-level await), state between cells, a syntax
+// error as the cell's SyntaxError, a runtime error with its traceback, and
+// interrupt. On node before 22.6 it runs on the typescript package (Debian's
+// node-typescript, which scripts/install-deps.sh brings).
+func TestTypeScriptKernel(t *testing.T) {
+	s := langSession(t, "typescript")
+	r := exec1(t, s, "const message: string = \"Hello World!\"; console.log(message)")
+	noErrors(t, "ts", r)
+	if r.stdout() != "Hello World!\n" {
+		t.Fatalf("first cell: %q", r.stdout())
+	}
+	for _, c := range [][2]string{
+		{"interface P { x: number }\nlet p: P = { x: 40 }\np.x + 2", "42"},
+		{"p.x", "40"},
+		{"enum Color { Red, Green }\nColor.Green", "1"},
+		{"import { basename } from 'path'", ""},
+		{"basename('/a/b.txt' as string)", "'b.txt'"},
+		{"const v: number = await Promise.resolve(7)\nv * 2", "14"},
+		{"function sq<T extends number>(n: T): number { return n * n }\nsq(9)", "81"},
+		{"typeof process.cwd()", "'string'"},
+	} {
+		r := exec1(t, s, c[0])
+		noErrors(t, c[0], r)
+		if c[1] == "" {
+			continue
+		}
+		if got := mainText(t, r); got != c[1] {
+			t.Errorf("%q: %q, want %q", c[0], got, c[1])
+		}
+	}
+	r = exec1(t, s, "const = 5")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "SyntaxError" {
+		t.Fatalf("syntax error: %+v", r.errors())
+	}
+	r = exec1(t, s, "function f(): never { throw new TypeError('bad') }\nf()")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "TypeError" || !strings.Contains(errs[0].Traceback, "at f") {
+		t.Fatalf("error: %+v", r.errors())
+	}
+	r = execReq(t, s, Request{Code: "for (;;) {}", Timeout: time.Second})
+	if r.out.KernelDied || len(r.errors()) == 0 {
+		t.Fatalf("interrupt: %+v %+v", r.out, r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "p.x + 1")); got != "41" {
+		t.Fatalf("state after the interrupt: %q", got)
+	}
+}
+
 func TestLanguageRefused(t *testing.T) {
 	for _, lang := range []string{"java", "cobol"} {
 		err := CheckLanguage(context.Background(), lang, nil)
