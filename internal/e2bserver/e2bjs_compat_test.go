@@ -131,7 +131,7 @@ func TestOfficialJSSDKCompat(t *testing.T) {
 	// namespace: serve runs as root here), TypeScript on any node.
 	var root struct {
 		Top, TopRead, Mk, ID, Sudo, RootRead, Owner, Agent, TS, TSCwd, CtxCwd, InRoot string
-		TSError                                                                      *string
+		TSError                                                                       *string
 	}
 	step("root", &root)
 	if root.Top != "/cs_top/f.txt" || root.TopRead != "top" || root.Mk != "user\n" {
