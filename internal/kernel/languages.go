@@ -19,7 +19,7 @@ var ErrLanguageUnavailable = errors.New("kernel: language unavailable")
 // Languages our kernel runs. Python cells run in kernel.py itself; the others
 // in a persistent interpreter kernel.py drives (state between runs, live
 // output, errors, interrupt by SIGINT).
-var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript"}
+var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript", "java": "java"}
 
 var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
 
@@ -30,7 +30,7 @@ var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
 func CheckLanguage(ctx context.Context, language string, env []string) error {
 	prog, ok := interpreters[language]
 	if !ok {
-		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript, bash and r do)", ErrLanguageUnavailable, language)
+		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript, bash, r and java do)", ErrLanguageUnavailable, language)
 	}
 	if prog == "" {
 		return nil
@@ -38,6 +38,14 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 	path, err := lookPathEnv(prog, env)
 	if err != nil {
 		return fmt.Errorf("%w: %s needs %s, which is not installed in this sandbox (%v)", ErrLanguageUnavailable, language, prog, err)
+	}
+	if language == "java" {
+		// The kernel runs on JShell's API (module jdk.jshell), which a JDK
+		// has and a JRE lacks; jshell stands for it.
+		if _, err := lookPathEnv("jshell", env); err != nil {
+			return fmt.Errorf("%w: java needs a JDK (JShell), and this sandbox has only a JRE (%v)", ErrLanguageUnavailable, err)
+		}
+		return nil
 	}
 	if language != "typescript" {
 		return nil

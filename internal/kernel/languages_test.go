@@ -164,6 +164,53 @@ func TestTypeScriptKernel(t *testing.T) {
 	}
 }
 
+// TestJavaKernel: Java cells through JShell: state, output, the last
+// expression's value (strings unquoted, as E2B's kernel shows them),
+// variables as system properties (the cell's for the cell only), compile
+// and runtime errors, interrupt.
+func TestJavaKernel(t *testing.T) {
+	s := langSession(t, "java")
+	r := exec1(t, s, "System.out.println(\"hi\");\nint x = 40;\nx + 2")
+	noErrors(t, "java", r)
+	if r.stdout() != "hi\n" || mainText(t, r) != "42" {
+		t.Fatalf("first cell: %q %q", r.stdout(), mainText(t, r))
+	}
+	for _, c := range [][2]string{
+		{"x", "40"},
+		{"String s = \"a\\nb\"; s", "a\nb"},
+		{"import java.util.*;\nList<Integer> l = new ArrayList<>(List.of(3, 1, 2)); Collections.sort(l); l", "[1, 2, 3]"},
+		{"System.getProperty(\"CS_J\", \"default\")", "default"},
+	} {
+		r := exec1(t, s, c[0])
+		noErrors(t, c[0], r)
+		if got := mainText(t, r); got != c[1] {
+			t.Errorf("%q: %q, want %q", c[0], got, c[1])
+		}
+	}
+	r = execReq(t, s, Request{Code: "System.getProperty(\"CS_J\")", EnvVars: map[string]string{"CS_J": "scoped"}})
+	if mainText(t, r) != "scoped" {
+		t.Fatalf("per-execution variable: %q %+v", mainText(t, r), r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "System.getProperty(\"CS_J\", \"gone\")")); got != "gone" {
+		t.Fatalf("the cell's variable outlived it: %q", got)
+	}
+	r = exec1(t, s, "int y = ;")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "CompilationException" {
+		t.Fatalf("compile error: %+v", r.errors())
+	}
+	r = exec1(t, s, "Object o = null; o.toString()")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "NullPointerException" {
+		t.Fatalf("runtime error: %+v", r.errors())
+	}
+	r = execReq(t, s, Request{Code: "while (true) {}", Timeout: 2 * time.Second})
+	if r.out.KernelDied || len(r.errors()) == 0 {
+		t.Fatalf("interrupt: %+v %+v", r.out, r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "x + 1")); got != "41" {
+		t.Fatalf("state after the interrupt: %q", got)
+	}
+}
+
 func TestLanguageRefused(t *testing.T) {
 	for _, lang := range []string{"java", "cobol"} {
 		err := CheckLanguage(context.Background(), lang, nil)
