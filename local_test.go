@@ -419,9 +419,9 @@ func TestLocalLanguages(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := sb.RunCode(ctx, "1 + 1", sandboxes.WithLanguage("java"))
-	if !errors.Is(err, sandboxes.ErrInvalidInput) || !strings.Contains(err.Error(), "\"java\"") {
-		t.Fatalf("java: %v", err)
+	_, err := sb.RunCode(ctx, "1 + 1", sandboxes.WithLanguage("cobol"))
+	if !errors.Is(err, sandboxes.ErrInvalidInput) || !strings.Contains(err.Error(), "\"cobol\"") {
+		t.Fatalf("cobol: %v", err)
 	}
 	cc, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Language: "js"})
 	if err != nil || cc.Language != "javascript" {
