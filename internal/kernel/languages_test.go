@@ -212,7 +212,7 @@ func TestJavaKernel(t *testing.T) {
 }
 
 func TestLanguageRefused(t *testing.T) {
-	for _, lang := range []string{"java", "cobol"} {
+	for _, lang := range []string{"cobol", "fortran"} {
 		err := CheckLanguage(context.Background(), lang, nil)
 		if !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), lang) {
 			t.Errorf("%s: %v", lang, err)
@@ -220,6 +220,9 @@ func TestLanguageRefused(t *testing.T) {
 	}
 	if err := CheckLanguage(context.Background(), "javascript", []string{"PATH=/nonexistent"}); !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), "node") {
 		t.Errorf("javascript without node: %v", err)
+	}
+	if err := CheckLanguage(context.Background(), "java", []string{"PATH=/nonexistent"}); !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), "java") {
+		t.Errorf("java without a JDK: %v", err)
 	}
 }
 
