@@ -55,6 +55,7 @@ func benchDir(dir string) string {
 // (node -e / bash -c / Rscript -e) in the same run:
 //
 //	go test ./internal/kernel -run - -bench 'Language|Peer' -benchtime 20x
+//
 // TypeScript's peer is node -e on the same (type-free) code; Java's is
 // jshell on a script file ("-" marks the peer argument as a file).
 var langBench = []struct{ lang, setup, cell, peer, peerArg string }{
