@@ -119,7 +119,8 @@ type Spec struct {
 	// /lib*, /etc) and nothing else of the host. Either way the sandbox's
 	// /proc, /dev, /tmp, /home/user and /files are its own (they need not
 	// exist in the rootfs; a rootfs's own are hidden, as are its /home and
-	// /sys), and /etc/passwd, group, hostname and hosts are overlaid where
+	// /sys, its /.code-sandboxes, and its /root when the sandbox has a root
+	// user), and /etc/passwd, group, hostname and hosts are overlaid where
 	// the rootfs has them. It must be a directory with /etc, /etc/passwd and
 	// /etc/group, other than the host's root. Nothing is ever written to it.
 	// The init binary is re-executed inside it: a dynamically linked one
