@@ -78,7 +78,7 @@ func osHTTPError(what string, err error) *httpError {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errorf(http.StatusInsufficientStorage, "%s: not enough disk space (%s)", what, reason)
 	case errors.Is(err, syscall.EROFS):
-		return errorf(http.StatusForbidden, "%s: read-only file system (write under /home/user, /tmp or /files)", what)
+		return errorf(http.StatusForbidden, "%s: read-only file system (write under /home/user, /tmp, /files or a directory of your own at /)", what)
 	case errors.Is(err, fs.ErrPermission):
 		return errorf(http.StatusForbidden, "%s: permission denied", what)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EINVAL):
