@@ -505,12 +505,13 @@ func Sudo() int {
 		fmt.Fprintf(os.Stderr, "sudo: "+format+"\n", a...)
 		return 1
 	}
+options:
 	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
 		a := args[0]
 		args = args[1:]
 		switch a {
 		case "--":
-			goto done
+			break options
 		case "-u", "--user":
 			if len(args) == 0 {
 				return fail("option -u needs a user")
@@ -537,7 +538,6 @@ func Sudo() int {
 			return fail("option %s is not supported here (root in this sandbox: -u root, -E, -H, -n, -S, -k, -i, -s)", a)
 		}
 	}
-done:
 	if shell {
 		sh := "/bin/bash"
 		if _, err := os.Stat(sh); err != nil {
