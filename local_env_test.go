@@ -134,7 +134,15 @@ print(json.dumps({"usr_bin": sorted(os.listdir("/usr/bin")), "exe": os.path.real
 			t.Errorf("sandbox sees %s: %q", p, ex.Stdout())
 		}
 	}
-	for _, p := range []string{"/usr/evil", "/etc/evil", "/evil", "/var/evil"} {
+	// The root directory itself is the sandbox's own tmpfs: /evil lands
+	// there, never in the rootfs (whose mtimes are checked below).
+	if ex := runOut(t, sb, "open('/evil', 'w').write('x')"); ex.Error != nil {
+		t.Errorf("the root directory is not writable: %v", ex.Error)
+	}
+	if _, err := os.Lstat(filepath.Join(rootfs, "evil")); err == nil {
+		t.Errorf("/evil reached the rootfs")
+	}
+	for _, p := range []string{"/usr/evil", "/etc/evil", "/var/evil"} {
 		if ex := runOut(t, sb, "open("+pyStr(p)+", 'w')"); ex.Error == nil {
 			t.Errorf("sandbox wrote %s", p)
 		}

@@ -429,12 +429,20 @@ print('hits:', sorted(set(hits)) or 'none')
 
 func (c *suite) writeOutside(t *testing.T) {
 	code := `import os
-targets = ['/evil', '/usr/evil', '/etc/evil', '/bin/evil', '/lib/evil', '/var/evil', '/proc/evil', '/sys/evil', '/etc/passwd', '/etc/hosts', '/usr/bin/python3', '/proc/1/root/usr/evil', '/root/evil', '/run/evil', '/mnt/evil']
+targets = ['/usr/evil', '/etc/evil', '/bin/evil', '/lib/evil', '/var/evil', '/proc/evil', '/sys/evil', '/etc/passwd', '/etc/hosts', '/usr/bin/python3', '/proc/1/root/usr/evil', '/root/evil', '/run/evil', '/mnt/evil']
+# A writable root directory is the sandbox's own bounded tmpfs (the local
+# variant's; Docker's is the image, read-only): a write that lands there
+# (/var/evil where the host's /var is not bound) is the sandbox's, not a
+# write outside.
+rootdev = os.stat('/').st_dev if os.access('/', os.W_OK) else None
 for p in targets:
     try:
         with open(p, 'ab') as f:
             f.write(b'x')
-        print(p, 'WROTE')
+        if os.stat(p).st_dev == rootdev and not os.path.islink(os.path.dirname(p)):
+            os.remove(p); print(p, 'root-own')
+        else:
+            print(p, 'WROTE')
     except OSError as e:
         print(p, 'blocked', type(e).__name__)
 # The agent's own stdout and stderr (a log on the host side) through /proc.
@@ -448,9 +456,20 @@ for fd in (1, 2):
         print(p, 'blocked', type(e).__name__)
 for p in ('/home/user/ok', '/tmp/ok', '/files/ok'):
     open(p, 'w').write('ok'); os.remove(p); print(p, 'allowed')
+# The root directory itself: the local variant's is a bounded tmpfs of the
+# sandbox's own (mkdir /x works as on E2B), Docker's the image, read-only.
+for p in ('/evil', '/evil-dir/'):
+    try:
+        if p.endswith('/'):
+            os.mkdir(p); os.rmdir(p)
+        else:
+            open(p, 'w').write('x'); os.remove(p)
+        print(p, 'root-own')
+    except OSError as e:
+        print(p, 'root-refused', type(e).__name__)
 `
 	ex := py(t, c.victim, code)
-	wrote, blocked, allowed := 0, 0, 0
+	wrote, blocked, allowed, rootDir := 0, 0, 0, []string(nil)
 	for _, l := range strings.Split(out(ex), "\n") {
 		f := strings.Fields(l)
 		if len(f) < 2 {
@@ -468,6 +487,8 @@ for p in ('/home/user/ok', '/tmp/ok', '/files/ok'):
 			blocked++
 		case "allowed":
 			allowed++
+		case "root-own", "root-refused":
+			rootDir = append(rootDir, f[0]+" "+f[1])
 		}
 	}
 	if allowed != 3 {
@@ -476,7 +497,7 @@ for p in ('/home/user/ok', '/tmp/ok', '/files/ok'):
 	// /dev is the sandbox's own 64 KiB tmpfs and /dev/shm its 64 MiB one
 	// (both counted in the sandbox's memory): writable by design, reported.
 	ex = py(t, c.victim, "import os\nfor p in ('/dev/x', '/dev/shm/x'):\n    try:\n        open(p, 'w').write('x'); os.remove(p); print(p, 'writable')\n    except OSError as e:\n        print(p, 'refused')")
-	record(t, "%d writes outside /home/user, /tmp, /files refused, %d succeeded; 3/3 writable mounts usable; sandbox-private tmpfs: %s", blocked, wrote, strings.ReplaceAll(out(ex), "\n", ", "))
+	record(t, "%d writes outside /home/user, /tmp, /files refused, %d succeeded; 3/3 writable mounts usable; sandbox-private tmpfs: %s; on the root directory's own tmpfs: %s", blocked, wrote, strings.ReplaceAll(out(ex), "\n", ", "), strings.Join(rootDir, ", "))
 }
 
 func (c *suite) networkNone(t *testing.T) {

@@ -113,9 +113,14 @@ func readHostFilesOnImage(t *testing.T, sb *sandboxes.Sandbox, rootfs string, ow
 	pl, _ := json.Marshal(paths)
 	ex := runPy(t, sb, `import json, os
 out = {}
+# A writable root directory is the sandbox's own tmpfs (the local variant):
+# a directory on it (root's /root, created by the variant) is the sandbox's.
+rootdev = os.stat('/').st_dev if os.access('/', os.W_OK) else None
 for p in json.loads(`+pyQuote(string(pl))+`):
     try:
-        if os.path.isdir(p):
+        if os.path.isdir(p) and os.stat(p).st_dev == rootdev:
+            out[p] = {'own': True}
+        elif os.path.isdir(p):
             out[p] = {'listed': {e: ('dir' if os.path.isdir(os.path.join(p, e)) and not os.path.islink(os.path.join(p, e)) else 'other') for e in os.listdir(p)}}
         else:
             open(p, 'rb').read(16); out[p] = {'read': True}
@@ -124,18 +129,22 @@ for p in json.loads(`+pyQuote(string(pl))+`):
 print(json.dumps(out))`)
 	var got map[string]struct {
 		Listed  map[string]string `json:"listed"`
+		Own     bool              `json:"own"`
 		Read    bool              `json:"read"`
 		Blocked string            `json:"blocked"`
 	}
 	if err := json.Unmarshal([]byte(ex.Stdout()), &got); err != nil || len(got) != len(paths) {
 		t.Fatalf("probe: %v %q %v", err, ex.Stdout(), ex.Error)
 	}
-	blocked, image := 0, 0
+	blocked, image, ownDirs := 0, 0, 0
 	for _, p := range paths {
 		g := got[p]
 		switch {
 		case g.Blocked != "":
 			blocked++
+		case g.Own:
+			ownDirs++
+			t.Logf("%s: the sandbox's own directory, on its root tmpfs", p)
 		case g.Read:
 			t.Errorf("host file readable: %s", p)
 		default:
@@ -175,24 +184,28 @@ print(json.dumps(out))`)
 	if strings.TrimSpace(ex.Stdout()) != "" || ex.Error != nil {
 		t.Errorf("the host's secret is readable inside: %q %v", ex.Stdout(), ex.Error)
 	}
-	t.Logf("RESULT %s: %d/%d host paths refused or absent, %d list only the image's entries (and the variant's own mounts); host secret not found by grep -r", t.Name(), blocked, len(paths), image)
+	t.Logf("RESULT %s: %d/%d host paths refused or absent, %d list only the image's entries (and the variant's own mounts), %d the sandbox's own (its root tmpfs); host secret not found by grep -r", t.Name(), blocked, len(paths), image, ownDirs)
 }
 
 // writeOutsideOnImage walks the sandbox's whole tree: nothing of the
 // image (nor of the variant's own mounts) is writable for user code but the
-// sandbox's own tmpfs mounts. WriteOutside tries a list of paths; an image
+// sandbox's own tmpfs mounts (the local variant's root directory is one). WriteOutside tries a list of paths; an image
 // brings many more (a directory left 0777, /run/lock 1777…), and only a
 // read-only mount makes them all safe.
 func writeOutsideOnImage(t *testing.T, sb *sandboxes.Sandbox) {
 	ex := runPy(t, sb, `import os, stat
 own = ('/proc', '/sys', '/dev', '/tmp', '/home/user', '/files', '/var/tmp')
+# A writable root directory is the sandbox's own tmpfs (the local variant):
+# what lives on it (/home, the mount points) is the sandbox's, not the image's.
+rootdev = os.stat('/').st_dev if os.access('/', os.W_OK) else None
 writable, n = [], 0
 for root, dirs, files in os.walk('/'):
     dirs[:] = [d for d in dirs if os.path.join(root, d) not in own]
     for name in dirs + files:
         p = os.path.join(root, name); n += 1
         try:
-            if not stat.S_ISLNK(os.lstat(p).st_mode) and os.access(p, os.W_OK):
+            st = os.lstat(p)
+            if not stat.S_ISLNK(st.st_mode) and st.st_dev != rootdev and os.access(p, os.W_OK):
                 writable.append(p)
         except OSError:
             pass

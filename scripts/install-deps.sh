@@ -20,6 +20,9 @@ pkgs=(python3 python-is-python3 r-base-core python3-numpy python3-pandas python3
 # node runs the javascript kernel and the official-SDK tests (e2e/e2bjs); any
 # node will do, Debian's nodejs only when there is none.
 command -v node >/dev/null || pkgs+=(nodejs)
+# TypeScript cells are transpiled by the typescript package on node < 22.6;
+# the java kernel runs on JShell (a JDK).
+pkgs+=(node-typescript default-jdk-headless)
 # Any Docker engine will do (Docker's own docker-ce packages too): Debian's
 # docker.io only when there is no dockerd at all.
 # (/usr/sbin is not on every user's PATH.)

@@ -1,6 +1,7 @@
 // Compatibility checks for issue #14, through the OFFICIAL E2B JS SDKs against
 // `code-sandboxes serve`: IPython cell transforms, charts and data, envd's
-// newer file API (metadata, entry info in watch events, in-place uploads) and
+// newer file API (metadata, entry info in watch events, in-place uploads),
+// the writable root and the root user, TypeScript, an expired signed URL and
 // an execution cut off by a kill. Same contract as sdk.test.mjs: one JSON
 // line ({ok, steps, error?}) on stdout; the Go test
 // (internal/e2bserver/e2bjs_compat_test.go) asserts on it.
@@ -125,6 +126,42 @@ try {
     for (let i = 0; i < 50 && !events.some((e) => e.type === FilesystemEventType.WRITE && e.entry?.size === 7); i++) await sleep(100)
     await handle.stop()
     return { events }
+  })
+
+  // A writable root directory, the user root (sudo and user: 'root'), and a
+  // TypeScript cell.
+  await step('root', async () => {
+    const top = await sbx.files.write([{ path: '/cs_top/f.txt', data: 'top' }])
+    const mk = await sbx.commands.run('mkdir /cs_dir && stat -c %U /cs_dir')
+    const id = await sbx.commands.run('id -u; whoami; echo $HOME; pwd', { user: 'root' })
+    const sudo = await sbx.commands.run('sudo echo "via sudo $FOO"', { envs: { FOO: 'x' } })
+    await sbx.files.write('as-root.txt', 'root data', { user: 'root' })
+    const rootRead = await sbx.files.read('/root/as-root.txt', { user: 'root' })
+    const owner = await sbx.commands.run('stat -c %U /root/as-root.txt')
+    let agent = null
+    try {
+      await sbx.commands.run('kill -9 1', { user: 'root' })
+      agent = 'killed?'
+    } catch (e) {
+      agent = e?.constructor?.name
+    }
+    const ts = await sbx.runCode('const n: number = 6 * 7; console.log(`ts ${n}`)', { language: 'ts' })
+    const tsCwd = await sbx.runCode('process.cwd()', { language: 'typescript' })
+    const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/root' })
+    const inRoot = await sbx.runCode('import os; os.getcwd()', { context: ctx })
+    return {
+      top: top[0]?.path, topRead: await sbx.files.read('/cs_top/f.txt'), mk: mk.stdout, id: id.stdout, sudo: sudo.stdout,
+      rootRead, owner: owner.stdout, agent, ts: ts.logs.stdout.join(''), tsError: ts.error?.name ?? null, tsCwd: tsCwd.text,
+      ctxCwd: ctx.cwd, inRoot: inRoot.text,
+    }
+  })
+
+  // A signed URL past its expiration: envd's own answer, word for word.
+  await step('expiredUrl', async () => {
+    await sbx.files.write('exp.txt', 'e')
+    const url = await sbx.downloadUrl('exp.txt', { useSignatureExpiration: -10_000 })
+    const res = await fetch(url)
+    return { status: res.status, body: await res.json() }
   })
 
   await sbx.kill()

@@ -299,7 +299,11 @@ func (s *Server) auth(next http.Handler) http.Handler {
 				switch {
 				case r.URL.Path == "/files" && r.URL.Query().Has("signature"):
 					if err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), tok, time.Now()); err != nil {
-						writeJSONError(w, http.StatusUnauthorized, err.Error())
+						msg := err.Error()
+						if errors.Is(err, e2bauth.ErrSignatureExpired) {
+							msg = e2bauth.ErrSignatureExpired.Error() // envd's words
+						}
+						writeJSONError(w, http.StatusUnauthorized, msg)
 						return
 					}
 					ok = true

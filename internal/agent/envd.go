@@ -17,6 +17,14 @@ type EnvdOptions struct {
 	// Contract gives commands the sandbox contract's environment
 	// (SandboxEnv: LANG, TZ, SHELL, …) under Env, as kernels get it.
 	Contract bool
+	// Sudo is the sandbox's sudo when it has a root user (the local
+	// variant's, isolate.SudoPath), and Root that user's identity as the
+	// agent sees it: the user "root" is then accepted, and its commands run
+	// through Sudo.
+	Sudo string
+	Root envd.User
+	// OpenAs opens files as Root (isolate.RootOpen): /files for user root.
+	OpenAs func(path string, flag int, perm os.FileMode, mkdir bool) (*os.File, error)
 }
 
 // sandboxUser answers for the sandbox contract's single user when the agent
@@ -35,6 +43,12 @@ func sandboxUser(o EnvdOptions) func(string) (envd.User, error) {
 		}
 		if name == "" || name == o.DefaultUser {
 			return envd.User{Name: o.DefaultUser, UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), Home: o.Home}, nil
+		}
+		if name == "root" && o.Sudo != "" {
+			return o.Root, nil
+		}
+		if o.Sudo == "" && name == "root" {
+			return envd.User{}, fmt.Errorf("%w: %q: this sandbox has no root user (the local variant has one when its creator runs as root; elsewhere only the user %q)", envd.ErrUserNotAllowed, name, o.DefaultUser)
 		}
 		return envd.User{}, fmt.Errorf("%w: %q: this sandbox has only the user %q", envd.ErrUserNotAllowed, name, o.DefaultUser)
 	}
@@ -64,7 +78,18 @@ func EnvdRoutes(o EnvdOptions) (map[string]http.Handler, func()) {
 			}
 		}
 	}
+	var openAs func(envd.User, string, int, os.FileMode, bool) (*os.File, error)
+	if o.OpenAs != nil {
+		openAs = func(u envd.User, path string, flag int, perm os.FileMode, mkdir bool) (*os.File, error) {
+			if u.UID != o.Root.UID {
+				return nil, fmt.Errorf("%w: files of uid %d", envd.ErrUserNotAllowed, u.UID)
+			}
+			return o.OpenAs(path, flag, perm, mkdir)
+		}
+	}
 	opts := envd.Options{
+		OpenAs:         openAs,
+		Sudo:           o.Sudo,
 		DefaultUser:    o.DefaultUser,
 		LookupUser:     sandboxUser(o),
 		Env:            func() map[string]string { return env },

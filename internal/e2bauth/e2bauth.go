@@ -30,6 +30,10 @@ const TrafficHeader = "E2B-Traffic-Access-Token"
 // ErrBadSignature is a missing, wrong or expired file URL signature.
 var ErrBadSignature = errors.New("invalid file URL signature")
 
+// ErrSignatureExpired is a genuine signature past its expiration; its text
+// is envd's answer, word for word (the SDKs' tests compare it).
+var ErrSignatureExpired = errors.New("signature is already expired")
+
 // TrafficToken derives a sandbox's traffic access token from its envd
 // access token. It is a MAC, so it reveals nothing of the envd token: a
 // holder of the traffic token (e.g. someone given a tunnel URL) can't
@@ -83,13 +87,14 @@ func CheckFileSignature(method string, q url.Values, accessToken string, now tim
 		if err != nil || n <= 0 {
 			return fmt.Errorf("%w: signature_expiration %q is not a unix time", ErrBadSignature, e)
 		}
-		if now.Unix() > n {
-			return fmt.Errorf("%w: signature is already expired (at %s)", ErrBadSignature, time.Unix(n, 0).UTC().Format(time.RFC3339)) // envd's words
-		}
 		exp = n
 	}
 	if !Equal(sig, FileSignature(q.Get("path"), op, q.Get("username"), accessToken, exp)) {
 		return ErrBadSignature
+	}
+	// Only a signature we made is told it expired.
+	if exp != 0 && now.Unix() > exp {
+		return fmt.Errorf("%w: %w (at %s)", ErrBadSignature, ErrSignatureExpired, time.Unix(exp, 0).UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -45,9 +45,18 @@ func TestCheckFileSignature(t *testing.T) {
 		"other user":    {"POST", with(q, "username", "root"), "tok123", now},
 		"bad expiry":    {"POST", with(q, "signature_expiration", "soon"), "tok123", now},
 	} {
-		if err := CheckFileSignature(c.method, c.q, c.tok, c.now); !errors.Is(err, ErrBadSignature) {
+		err := CheckFileSignature(c.method, c.q, c.tok, c.now)
+		if !errors.Is(err, ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadSignature", name, err)
 		}
+		// Only a genuine signature is told it expired (envd's exact words,
+		// which the SDKs' tests compare); a forged one is just invalid.
+		if (name == "expired") != errors.Is(err, ErrSignatureExpired) {
+			t.Errorf("%s: %v: ErrSignatureExpired is for a genuine, expired signature only", name, err)
+		}
+	}
+	if err := CheckFileSignature("POST", q, "tok124", now.Add(time.Hour)); errors.Is(err, ErrSignatureExpired) {
+		t.Errorf("an expired forgery is told it expired: %v", err)
 	}
 }
 

@@ -127,6 +127,37 @@ func TestOfficialJSSDKCompat(t *testing.T) {
 		t.Errorf("language cobol: %+v, want a 400 refusal", langs.Refused)
 	}
 
+	// Writable root, the user root (uid 0 of the sandbox's nested user
+	// namespace: serve runs as root here), TypeScript on any node.
+	var root struct {
+		Top, TopRead, Mk, ID, Sudo, RootRead, Owner, Agent, TS, TSCwd, CtxCwd, InRoot string
+		TSError                                                                       *string
+	}
+	step("root", &root)
+	if root.Top != "/cs_top/f.txt" || root.TopRead != "top" || root.Mk != "user\n" {
+		t.Errorf("writable root: %+v", root)
+	}
+	if root.ID != "0\nroot\n/root\n/home/user\n" || root.Sudo != "via sudo x\n" || root.RootRead != "root data" || root.Owner != "root\n" {
+		t.Errorf("user root: %+v", root)
+	}
+	if root.Agent != "CommandExitError" {
+		t.Errorf("root's kill -9 1: %q, want it refused (CommandExitError)", root.Agent)
+	}
+	if root.TS != "ts 42\n" || root.TSError != nil || root.TSCwd != "/home/user" {
+		t.Errorf("typescript: %+v", root)
+	}
+	if root.CtxCwd != "/root" || root.InRoot != "/root" {
+		t.Errorf("context with cwd /root: %+v", root)
+	}
+	var exp struct {
+		Status int
+		Body   map[string]any
+	}
+	step("expiredUrl", &exp)
+	if exp.Status != 401 || !reflect.DeepEqual(exp.Body, map[string]any{"code": 401.0, "message": "signature is already expired"}) {
+		t.Errorf("expired signed URL: %+v", exp)
+	}
+
 	var version string
 	step("envdVersion", &version)
 	if version != EnvdVersion {

@@ -138,8 +138,15 @@ func (p *dataPlane) authorize(w http.ResponseWriter, r *http.Request, e *entry, 
 		case e2bauth.Equal(tok, e.token):
 			return true
 		case tok == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature"):
-			if err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), e.token, time.Now()); err == nil {
+			err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), e.token, time.Now())
+			if err == nil {
 				return true
+			}
+			if errors.Is(err, e2bauth.ErrSignatureExpired) {
+				// A URL this sandbox signed, past its time: envd's answer.
+				p.s.metrics.refused.WithLabelValues("token").Inc()
+				writeError(w, http.StatusUnauthorized, "%s", e2bauth.ErrSignatureExpired.Error())
+				return false
 			}
 		case tok == "" && (r.URL.Path == "/contexts" || strings.HasPrefix(r.URL.Path, "/contexts/")):
 			if e2bauth.Equal(r.Header.Get(e2bauth.TrafficHeader), e.traffic) {

@@ -408,19 +408,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
 		// A signed URL the SDK built on E2B_SANDBOX_URL names no sandbox:
 		// the signature does, as only that sandbox's token produces it.
-		if e := s.bySignature(r); e != nil {
+		e, expired := s.bySignature(r)
+		if e != nil {
 			s.proxy.serveEntry(w, r, e, EnvdPort)
 			return
 		}
 		s.metrics.refused.WithLabelValues("token").Inc()
+		if expired {
+			// A sandbox's own signature, past its time: envd's answer.
+			writeError(w, http.StatusUnauthorized, "%s", e2bauth.ErrSignatureExpired.Error())
+			return
+		}
 		writeError(w, http.StatusUnauthorized, "the file URL's signature matches no sandbox (expired, or its sandbox is gone)")
 		return
 	}
 	s.api.ServeHTTP(w, r)
 }
 
-// bySignature finds the sandbox whose access token signed r's /files URL.
-func (s *Server) bySignature(r *http.Request) *entry {
+// bySignature finds the sandbox whose access token signed r's /files URL;
+// expired: one did, but the signature is past its expiration.
+func (s *Server) bySignature(r *http.Request) (_ *entry, expired bool) {
 	s.mu.Lock()
 	all := make([]*entry, 0, len(s.sandboxes))
 	for _, e := range s.sandboxes {
@@ -430,11 +437,13 @@ func (s *Server) bySignature(r *http.Request) *entry {
 	now := time.Now()
 	q := r.URL.Query()
 	for _, e := range all {
-		if e2bauth.CheckFileSignature(r.Method, q, e.token, now) == nil {
-			return e
+		err := e2bauth.CheckFileSignature(r.Method, q, e.token, now)
+		if err == nil {
+			return e, false
 		}
+		expired = expired || errors.Is(err, e2bauth.ErrSignatureExpired)
 	}
-	return nil
+	return nil, expired
 }
 
 // sandboxTarget finds the sandbox and port a data-plane request is for: the

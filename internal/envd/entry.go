@@ -228,7 +228,7 @@ func fsError(what string, err error) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: no such file or directory", what))
 	case errors.Is(err, syscall.EROFS):
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: read-only file system (write under /home/user, /tmp or /files)", what))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: read-only file system (write under /home/user, /tmp, /files or a directory of your own at /)", what))
 	case errors.Is(err, fs.ErrPermission):
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: permission denied", what))
 	case errors.Is(err, fs.ErrExist):

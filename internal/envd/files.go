@@ -78,7 +78,7 @@ func osHTTPError(what string, err error) *httpError {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errorf(http.StatusInsufficientStorage, "%s: not enough disk space (%s)", what, reason)
 	case errors.Is(err, syscall.EROFS):
-		return errorf(http.StatusForbidden, "%s: read-only file system (write under /home/user, /tmp or /files)", what)
+		return errorf(http.StatusForbidden, "%s: read-only file system (write under /home/user, /tmp, /files or a directory of your own at /)", what)
 	case errors.Is(err, fs.ErrPermission):
 		return errorf(http.StatusForbidden, "%s: permission denied", what)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.EINVAL):
@@ -133,7 +133,13 @@ func (h *filesHandler) download(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f, fi, err := openRegular(p)
+	var f *os.File
+	var fi fs.FileInfo
+	if h.alien(u) {
+		f, fi, err = h.openRegularAs(u, p)
+	} else {
+		f, fi, err = openRegular(p)
+	}
 	if err != nil {
 		return err
 	}
@@ -198,6 +204,35 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	if err != nil {
 		f.Close()
 		return nil, nil, osHTTPError("stat "+p, err)
+	}
+	return f, fi, nil
+}
+
+// alien: u is a user the agent can't act as itself (not root, other uid),
+// whose files go through Options.OpenAs.
+func (h *filesHandler) alien(u User) bool {
+	return h.opts.OpenAs != nil && !asRoot() && u.UID != uint32(os.Geteuid())
+}
+
+// openRegularAs is openRegular for an alien user: opened by OpenAs
+// (non-blocking, so a FIFO can't hold it), then checked.
+func (h *filesHandler) openRegularAs(u User, p string) (*os.File, fs.FileInfo, error) {
+	f, err := h.opts.OpenAs(u, p, os.O_RDONLY|syscall.O_NONBLOCK, 0, false)
+	if err != nil {
+		return nil, nil, osHTTPError("open "+p, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, osHTTPError("stat "+p, err)
+	}
+	switch {
+	case fi.IsDir():
+		f.Close()
+		return nil, nil, errorf(http.StatusBadRequest, "path %s is a directory", p)
+	case !fi.Mode().IsRegular():
+		f.Close()
+		return nil, nil, errorf(http.StatusBadRequest, "path %s is not a regular file", p)
 	}
 	return f, fi, nil
 }
@@ -398,15 +433,21 @@ func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string
 		}
 	}
 	dir := filepath.Dir(p)
-	if err := mkdirAllAs(dir, u); err != nil {
+	open := os.OpenFile
+	if h.alien(u) {
+		// The user's own broker creates the directories and the file.
+		open = func(name string, flag int, perm os.FileMode) (*os.File, error) {
+			return h.opts.OpenAs(u, name, flag, perm, true)
+		}
+	} else if err := mkdirAllAs(dir, u); err != nil {
 		return uploadedEntry{}, osHTTPError("create directory "+dir, err)
 	}
 	const flags = os.O_WRONLY | syscall.O_NONBLOCK | syscall.O_CLOEXEC
 	created := true
-	f, err := os.OpenFile(p, flags|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := open(p, flags|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
 		created = false
-		f, err = os.OpenFile(p, flags, 0)
+		f, err = open(p, flags, 0)
 	}
 	if err != nil {
 		if errors.Is(err, syscall.ENXIO) {

@@ -43,6 +43,15 @@ type Options struct {
 	// Returning an error wrapping ErrUnknownUser gives unauthenticated,
 	// ErrUserNotAllowed gives permission_denied.
 	LookupUser func(name string) (User, error)
+	// Sudo, when set, is the sandbox's sudo (the local variant's root user):
+	// a process for a user whose uid is not the agent's own, which a
+	// non-root agent can't setuid to, runs as `Sudo -u <name> -- cmd args…`.
+	Sudo string
+	// OpenAs, when set, opens files for a user whose uid is not the agent's
+	// own (the local variant's root, through its broker: isolate.RootOpen):
+	// /files uploads and downloads for that user go through it. mkdir
+	// creates the parent directories first, as that user.
+	OpenAs func(u User, path string, flag int, perm os.FileMode, mkdir bool) (*os.File, error)
 	// Env returns the global environment added to every process (E2B's
 	// envVars from sandbox creation / init). May be nil.
 	Env func() map[string]string

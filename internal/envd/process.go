@@ -141,6 +141,12 @@ func (s *ProcessService) Start(ctx context.Context, req *connect.Request[pb.Star
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if asRoot() && u.UID != 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID}
+	} else if !asRoot() && u.UID != uint32(os.Geteuid()) && s.opts.Sudo != "" && cmd.Err == nil {
+		// The sudo relays signals to the command and exits as it did.
+		// It changes to the directory itself: the user may not enter root's.
+		cmd.Args = append([]string{"sudo", "-u", u.Name, "-D", cwd, "--", cmd.Path}, cmd.Args[1:]...)
+		cmd.Path = s.opts.Sudo
+		cmd.Dir = "/"
 	}
 
 	p := &proc{

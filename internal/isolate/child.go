@@ -43,6 +43,12 @@ func Child() error {
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		return fmt.Errorf("isolate: bad child config: %w", err)
 	}
+	switch cfg.Stage {
+	case 3:
+		rootStage3(&cfg) // never returns
+	case 4:
+		rootStage4(&cfg) // never returns
+	}
 	if cfg.Stage == 2 {
 		os.Unsetenv(envKey)
 		st := os.NewFile(uintptr(cfg.StatusFD), "status")
@@ -70,7 +76,7 @@ func stage1(cfg *childConfig) error {
 	// Wait until Start has put us into our cgroup.
 	// With a rootfs the release carries its directory's fd.
 	var b [1]byte
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(2*4))
 	n, oobn, _, _, err := unix.Recvmsg(cfg.SyncFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
 	for errors.Is(err, unix.EINTR) {
 		n, oobn, _, _, err = unix.Recvmsg(cfg.SyncFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
@@ -87,12 +93,26 @@ func stage1(cfg *childConfig) error {
 		}
 	}
 	unix.Close(cfg.SyncFD)
+	// The release carries, in this order, the rootfs's directory and (with
+	// a root user) the binary, both opened in our mount namespace.
+	want := 0
 	if cfg.Rootfs != "" {
-		fd, err := receivedFD(oob[:oobn])
+		want++
+	}
+	if cfg.RootUser {
+		want++
+	}
+	if want > 0 {
+		fds, err := receivedFDs(oob[:oobn], want)
 		if err != nil {
-			return fmt.Errorf("rootfs %s: %w", cfg.Rootfs, err)
+			return fmt.Errorf("setup fds: %w", err)
 		}
-		cfg.RootfsFD = fd // closed by setupRoot; close-on-exec meanwhile
+		if cfg.Rootfs != "" {
+			cfg.RootfsFD, fds = fds[0], fds[1:] // closed by setupRoot; close-on-exec meanwhile
+		}
+		if cfg.RootUser {
+			cfg.SudoFD = fds[0] // closed by setupRootUser
+		}
 	}
 	// The binary's fd must not reach stage 2 (and user code); exec through
 	// /proc/self/fd/N still works with close-on-exec set. The status fd must
@@ -120,6 +140,15 @@ func stage1(cfg *childConfig) error {
 	}
 	if err := os.Chdir("/home/user"); err != nil {
 		return err
+	}
+	if cfg.RootUser {
+		// Before the capabilities go: the broker is started as uid 0.
+		if err := sudoOnPath(); err != nil {
+			return err
+		}
+		if err := startRootBroker(cfg); err != nil {
+			return err
+		}
 	}
 	if err := dropCapabilities(); err != nil {
 		return err
@@ -199,7 +228,7 @@ func setupRoot(cfg *childConfig) error {
 	// host's /tmp is hidden by it only inside our mount namespace. The
 	// rootfs, even when it lives under /tmp, stays reachable: we hold an fd.
 	const nr = "/tmp"
-	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=1m,nr_inodes=1024"); err != nil {
+	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, rootTmpfsData(cfg.RootSize, cfg.RootUser)); err != nil {
 		return err
 	}
 	if cfg.RootfsFD > 0 {
@@ -208,6 +237,11 @@ func setupRoot(cfg *childConfig) error {
 		}
 	} else {
 		if err := bindHostDirs(nr); err != nil {
+			return err
+		}
+	}
+	if cfg.RootUser {
+		if err := prepareRootUser(nr, cfg); err != nil {
 			return err
 		}
 	}
@@ -284,10 +318,8 @@ func setupRoot(cfg *childConfig) error {
 	if err := maskProc(); err != nil {
 		return err
 	}
-	// Finally the root itself (the tmpfs with the mount points) read-only.
-	if err := mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return err
-	}
+	// The root itself (the tmpfs with the mount points) stays writable:
+	// see rootTmpfsData.
 	return nil
 }
 
@@ -328,7 +360,7 @@ func bindRootfs(nr string, cfg *childConfig) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		if rootfsReserved[name] {
+		if rootfsReserved[name] || name == RootDir[1:] || (cfg.RootUser && name == RootHome[1:]) {
 			continue
 		}
 		if err := bindEntry(cfg.RootfsFD, name, filepath.Join(nr, name)); err != nil {
@@ -508,6 +540,13 @@ func writeEtcFiles(cfg *childConfig) error {
 		"group":    "root:x:0:\nusers:x:100:user\nnogroup:x:65534:\n",
 		"hostname": cfg.Hostname + "\n",
 		"hosts":    "127.0.0.1\tlocalhost " + cfg.Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	}
+	if cfg.RootUser {
+		// Root exists here (rootuser.go): a shell for sudo -i, and its name
+		// for its ids as the sandbox's own namespace (the agent) sees them.
+		files["passwd"] = strings.Replace(files["passwd"], "root:x:0:0:root:/root:/usr/sbin/nologin", "root:x:0:0:root:/root:/bin/bash", 1) +
+			fmt.Sprintf("root:x:%d:%d:root:/root:/bin/bash\n", RootOuterUID, RootOuterGID)
+		files["group"] += fmt.Sprintf("root:x:%d:\n", RootOuterGID)
 	}
 	if cfg.Network == NetworkTUN {
 		// The user-space stack behind tun0 answers DNS on its gateway.

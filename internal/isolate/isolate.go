@@ -102,6 +102,7 @@ type childConfig struct {
 	HomeSize  int64  `json:"home"`
 	FilesSize int64  `json:"files"`
 	TmpSize   int64  `json:"tmp"`
+	RootSize  int64  `json:"root"`
 	NoFile    uint64 `json:"nofile"`
 	FSize     int64  `json:"fsize"`
 	// Rootfs is Spec.Rootfs ("" = the host's directories), for messages:
@@ -112,6 +113,12 @@ type childConfig struct {
 	// TUNByChild: with NetworkTUN, the init creates the device itself and
 	// sends its fd back (unprivileged callers; see tun.go).
 	TUNByChild bool `json:"tun_by_child,omitempty"`
+	// RootUser: uid 0 is mapped (Spec.HostRootUID); stage 1 starts the
+	// root broker (rootuser.go).
+	RootUser bool `json:"root_user,omitempty"`
+	// SudoFD is where stage 1 received the binary, opened in its mount
+	// namespace, to bind as sudo.
+	SudoFD int `json:"-"`
 }
 
 // Start starts a sandbox and returns once its init has finished the setup
@@ -125,7 +132,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	default:
 		return nil, fmt.Errorf("isolate: unknown network mode %q (want %q, %q or %q)", spec.Network, NetworkNone, NetworkTUN, NetworkAll)
 	}
-	if spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.Pids < 0 || spec.HomeSizeBytes < 0 || spec.TmpSizeBytes < 0 || spec.FilesSizeBytes < 0 {
+	if spec.MemoryBytes < 0 || spec.CPUs < 0 || spec.Pids < 0 || spec.HomeSizeBytes < 0 || spec.TmpSizeBytes < 0 || spec.FilesSizeBytes < 0 || spec.RootSizeBytes < 0 {
 		return nil, errors.New("isolate: negative limit")
 	}
 	if spec.Path == "" {
@@ -144,12 +151,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		HomeSize:  orDefault(spec.HomeSizeBytes, TmpfsSize(DefaultHomeSize, spec.MemoryBytes)),
 		FilesSize: orDefault(spec.FilesSizeBytes, TmpfsSize(DefaultFilesSize, spec.MemoryBytes)),
 		TmpSize:   orDefault(spec.TmpSizeBytes, TmpfsSize(DefaultTmpSize, spec.MemoryBytes)),
+		RootSize:  orDefault(spec.RootSizeBytes, TmpfsSize(DefaultRootSize, spec.MemoryBytes)),
 		NoFile:    DefaultNoFile,
 	}
 	// RLIMIT_FSIZE: no single file can be larger than the largest writable
 	// filesystem anyway; the limit turns "disk full" surprises in one mount
 	// into a clean EFBIG/SIGXFSZ, and caps files written to /dev/shm.
-	cfg.FSize = max(cfg.HomeSize, cfg.FilesSize, cfg.TmpSize)
+	cfg.FSize = max(cfg.HomeSize, cfg.FilesSize, cfg.TmpSize, cfg.RootSize)
 
 	var idb [8]byte
 	if _, err := rand.Read(idb[:]); err != nil {
@@ -207,10 +215,6 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	cfg.TUNByChild = spec.Network == NetworkTUN && !root
 	n := len(spec.ExtraFiles)
 	cfg.ExeFD, cfg.SyncFD, cfg.StatusFD = 3+n, 4+n, 5+n
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, err
-	}
 
 	hostUID, hostGID := os.Geteuid(), os.Getegid()
 	if root {
@@ -218,6 +222,24 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		if spec.HostUID > 0 && spec.HostGID > 0 {
 			hostUID, hostGID = spec.HostUID, spec.HostGID
 		}
+	}
+	uidMap := []syscall.SysProcIDMap{{ContainerID: SandboxUID, HostID: hostUID, Size: 1}}
+	gidMap := []syscall.SysProcIDMap{{ContainerID: SandboxGID, HostID: hostGID, Size: 1}}
+	if spec.HostRootUID > 0 || spec.HostRootGID > 0 {
+		switch {
+		case !root:
+			return nil, errors.New("isolate: a root user in the sandbox (Spec.HostRootUID) needs a root caller: an unprivileged one can map only its own uid")
+		case spec.HostRootUID <= 0 || spec.HostRootGID <= 0 || spec.HostRootUID == hostUID || spec.HostRootGID == hostGID:
+			return nil, fmt.Errorf("isolate: HostRootUID/GID %d/%d must both be set, and differ from the user's %d/%d", spec.HostRootUID, spec.HostRootGID, hostUID, hostGID)
+		}
+		// Not as 0: see rootuser.go.
+		uidMap = append(uidMap, syscall.SysProcIDMap{ContainerID: RootOuterUID, HostID: spec.HostRootUID, Size: 1})
+		gidMap = append(gidMap, syscall.SysProcIDMap{ContainerID: RootOuterGID, HostID: spec.HostRootGID, Size: 1})
+		cfg.RootUser = true
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
 	}
 	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS)
 	if spec.Network != NetworkAll {
@@ -240,8 +262,8 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), exe, syncR, statW),
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:  flags,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxUID, HostID: hostUID, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: SandboxGID, HostID: hostGID, Size: 1}},
+			UidMappings: uidMap,
+			GidMappings: gidMap,
 			// Unprivileged gid_map writes require setgroups to be denied;
 			// as root we allow it so the credential below can drop root's
 			// supplementary groups.
@@ -263,6 +285,21 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		return nil, fmt.Errorf("isolate: start sandbox: %w", err)
 	}
 	p = &Process{Pid: cmd.Process.Pid, ID: id, cmd: cmd, cg: cg}
+	// With a root user the child binds the binary as sudo: the source of a
+	// bind must be opened in its own mount namespace (as the rootfs is).
+	exeInChild := -1
+	if cfg.RootUser {
+		if exeInChild, err = reopenFileInChild(p.Pid, exe); err != nil {
+			exe.Close()
+			syncR.Close()
+			statW.Close()
+			p.Kill()
+			p.Wait()
+			p.Cleanup()
+			return nil, fmt.Errorf("isolate: root user: %w", err)
+		}
+		defer unix.Close(exeInChild)
+	}
 	// The child's copies; closing ours makes EOF on statR mean "child gone".
 	syncR.Close()
 	statW.Close()
@@ -284,14 +321,23 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	}
 	// Only now may the child proceed: everything it does from here on is
 	// accounted and limited by its cgroup.
-	var rights []byte
+	// The release carries the rootfs's directory and the binary for sudo
+	// (in that order, each when needed: stage1 takes them so).
+	var fds []int
 	if rootfs != nil {
 		fd, err := reopenInChild(p.Pid, rootfs)
 		if err != nil {
 			return fail(fmt.Errorf("isolate: %w", err))
 		}
-		rights = unix.UnixRights(fd)
+		fds = append(fds, fd)
 		defer unix.Close(fd)
+	}
+	if exeInChild >= 0 {
+		fds = append(fds, exeInChild)
+	}
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
 	}
 	if spec.Network == NetworkTUN && root {
 		if p.TUN, err = tunCreateIn(p.Pid); err != nil {

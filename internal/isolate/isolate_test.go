@@ -27,6 +27,9 @@ import (
 // The test binary doubles as the sandbox init: TestMain detects the child,
 // calls Child and runs the mode named in ISOLATE_TEST_MODE.
 func TestMain(m *testing.M) {
+	if IsSudo() {
+		os.Exit(Sudo())
+	}
 	if IsChild() {
 		if err := Child(); err != nil {
 			fmt.Fprintln(os.Stderr, "Child:", err)
@@ -45,6 +48,12 @@ func childMain(mode string) int {
 		return 7
 	case "rootfs-checks":
 		return runChecks() + runRootfsChecks()
+	case "root-user":
+		return runRootUserChecks()
+	case "writable-root":
+		return runWritableRootChecks()
+	case "root-absent":
+		return runRootAbsentChecks()
 	case "hog":
 		var keep [][]byte
 		for i := 0; i < 1024; i++ { // up to 1 GiB, 1 MiB at a time, touched
@@ -208,15 +217,17 @@ func runChecks() int {
 		}
 		return nil
 	}())
-	check("read-only system dirs and root", func() error {
-		for _, p := range []string{"/usr/x", "/etc/x", "/x", "/bin/x", "/lib/x"} {
+	check("read-only system dirs, root a bounded tmpfs", func() error {
+		for _, p := range []string{"/usr/x", "/etc/x", "/bin/x", "/lib/x"} {
 			if err := os.WriteFile(p, nil, 0o644); err == nil {
 				return fmt.Errorf("could write %s", p)
 			}
 		}
 		var st unix.Statfs_t
-		if err := unix.Statfs("/", &st); err != nil || st.Flags&unix.ST_RDONLY == 0 {
-			return fmt.Errorf("/ not read-only (%v)", err)
+		// The root directory is the sandbox's own tmpfs (writableroot.go):
+		// writable, but nosuid and nodev.
+		if err := unix.Statfs("/", &st); err != nil || st.Type != unix.TMPFS_MAGIC || st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+			return fmt.Errorf("/ type %#x flags %#x (%v)", st.Type, st.Flags, err)
 		}
 		if err := unix.Statfs("/usr", &st); err != nil || st.Flags&unix.ST_RDONLY == 0 || st.Flags&unix.ST_NOSUID == 0 {
 			return fmt.Errorf("/usr flags %#x (%v)", st.Flags, err)

@@ -21,9 +21,15 @@ func Start(context.Context, Spec) (*Process, error) { return nil, errUnsupported
 func CheckSupport() error                           { return errUnsupported }
 func AttachTUN(int) (*os.File, error)               { return nil, errUnsupported }
 func IsChild() bool                                 { return false }
-func Child() error                                  { return errUnsupported }
-func LoadSeccompAllThreads() error                  { return errUnsupported }
-func (p *Process) Wait() (ExitInfo, error)          { return ExitInfo{}, errUnsupported }
-func (p *Process) Kill() error                      { return errUnsupported }
-func (p *Process) Cleanup() error                   { return nil }
-func (p *Process) CgroupDirs() []string             { return nil }
+func IsSudo() bool                                  { return false }
+func Sudo() int                                     { return 1 }
+func RootAvailable() bool                           { return false }
+func RootOpen(string, int, os.FileMode, bool) (*os.File, error) {
+	return nil, errUnsupported
+}
+func Child() error                         { return errUnsupported }
+func LoadSeccompAllThreads() error         { return errUnsupported }
+func (p *Process) Wait() (ExitInfo, error) { return ExitInfo{}, errUnsupported }
+func (p *Process) Kill() error             { return errUnsupported }
+func (p *Process) Cleanup() error          { return nil }
+func (p *Process) CgroupDirs() []string    { return nil }

@@ -147,23 +147,32 @@ func socketPair() (*os.File, *os.File, error) {
 
 // receivedFD extracts the one fd of an SCM_RIGHTS control message.
 func receivedFD(oob []byte) (int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
+	fds, err := receivedFDs(oob, 1)
 	if err != nil {
 		return -1, err
+	}
+	return fds[0], nil
+}
+
+// receivedFDs extracts the want fds of an SCM_RIGHTS control message.
+func receivedFDs(oob []byte, want int) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
 	}
 	var fds []int
 	for i := range msgs {
 		f, err := unix.ParseUnixRights(&msgs[i])
 		if err != nil {
-			return -1, err
+			return nil, err
 		}
 		fds = append(fds, f...)
 	}
-	if len(fds) != 1 {
+	if len(fds) != want {
 		for _, f := range fds {
 			unix.Close(f)
 		}
-		return -1, fmt.Errorf("expected one fd from the parent, got %d", len(fds))
+		return nil, fmt.Errorf("expected %d fds from the parent, got %d", want, len(fds))
 	}
-	return fds[0], nil
+	return fds, nil
 }

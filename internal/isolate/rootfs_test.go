@@ -164,7 +164,7 @@ func runRootfsChecks() int {
 			f.Close()
 			return errors.New("marker opened for writing")
 		}
-		for _, p := range []string{"/x", "/usr/bin/x", "/var/x", "/etc/rootfs-release"} {
+		for _, p := range []string{"/usr/bin/x", "/var/x", "/etc/rootfs-release", "/ROOTFS_MARKER"} {
 			if err := os.WriteFile(p, nil, 0o644); err == nil {
 				return fmt.Errorf("could write %s", p)
 			}
@@ -239,6 +239,13 @@ func runRootfsChecks() int {
 			}
 		}
 		return nil
+	}())
+	// Last, as it adds to /: the caller checks that the rootfs is unchanged.
+	check("root writes stay in the sandbox's tmpfs", func() error {
+		if err := os.MkdirAll("/newdir/sub", 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile("/newdir/sub/f", []byte("x"), 0o644)
 	}())
 	if failed > 0 {
 		return 1

@@ -28,11 +28,35 @@ const (
 	RootModeHostGID = 100000 + SandboxGID
 )
 
+// Paths of the root broker inside a sandbox with a root user.
+const (
+	// RootDir is root-owned, on the root directory's tmpfs; a rootfs's own
+	// entry of that name is hidden.
+	RootDir    = "/.code-sandboxes"
+	RootSocket = RootDir + "/root.sock"
+	// SudoPath is this binary, read-only: run as "sudo" it is the client.
+	SudoPath = RootDir + "/bin/sudo"
+	// RootHome is root's home; a rootfs's own /root is hidden.
+	RootHome = "/root"
+)
+
+// RootOuterUID and RootOuterGID are the sandbox root's ids in the sandbox's
+// own user namespace, where the agent runs: what it sees as the owner of
+// root's files and processes.
+const (
+	RootOuterUID = 999
+	RootOuterGID = 999
+)
+
 // Defaults for the size-limited tmpfs mounts.
 const (
 	DefaultHomeSize  = 1 << 30   // /home/user
 	DefaultFilesSize = 1 << 30   // /files
 	DefaultTmpSize   = 512 << 20 // /tmp
+	// DefaultRootSize bounds what user code writes to the root directory
+	// itself (mkdir /x, /0/file): the sandbox's root is a tmpfs of its own
+	// holding the read-only system directories' mount points.
+	DefaultRootSize = 512 << 20
 	// DefaultNoFile is RLIMIT_NOFILE (soft and hard) inside the sandbox.
 	DefaultNoFile = 4096
 )
@@ -89,11 +113,14 @@ type Spec struct {
 	Hostname string // default "sandbox"
 	Network  string // NetworkNone (default), NetworkTUN or NetworkAll
 	// Rootfs is the directory whose content becomes the sandbox's root,
-	// read-only; "" means the host's system directories (/usr, /bin, /sbin,
+	// read-only (the root directory itself is a writable tmpfs of the
+	// sandbox's own, RootSizeBytes, so that mkdir /x works as on E2B; the
+	// entries taken from the rootfs stay read-only binds); "" means the host's system directories (/usr, /bin, /sbin,
 	// /lib*, /etc) and nothing else of the host. Either way the sandbox's
 	// /proc, /dev, /tmp, /home/user and /files are its own (they need not
 	// exist in the rootfs; a rootfs's own are hidden, as are its /home and
-	// /sys), and /etc/passwd, group, hostname and hosts are overlaid where
+	// /sys, its /.code-sandboxes, and its /root when the sandbox has a root
+	// user), and /etc/passwd, group, hostname and hosts are overlaid where
 	// the rootfs has them. It must be a directory with /etc, /etc/passwd and
 	// /etc/group, other than the host's root. Nothing is ever written to it.
 	// The init binary is re-executed inside it: a dynamically linked one
@@ -113,12 +140,18 @@ type Spec struct {
 	// count per uid) from counting for another. Ignored for other callers:
 	// their sandboxes map to their own uid.
 	HostUID, HostGID int
+	// HostRootUID and HostRootGID, when set (root callers only), give the
+	// sandbox a root user mapped to these host ids: uid 0 of a user
+	// namespace nested in the sandbox's, with no capabilities, reached
+	// through sudo (rootuser.go). 0 = no root in the sandbox.
+	HostRootUID, HostRootGID int
 
 	// Sizes of the tmpfs mounts; 0 = default (capped at half of
 	// MemoryBytes, see TmpfsSize).
 	HomeSizeBytes  int64 // /home/user
 	FilesSizeBytes int64 // /files
 	TmpSizeBytes   int64 // /tmp
+	RootSizeBytes  int64 // the root directory's own tmpfs (/x, /0/file)
 }
 
 // ExitInfo describes how the sandbox's init ended.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 )
 
@@ -54,10 +55,15 @@ func benchDir(dir string) string {
 // (node -e / bash -c / Rscript -e) in the same run:
 //
 //	go test ./internal/kernel -run - -bench 'Language|Peer' -benchtime 20x
+//
+// TypeScript's peer is node -e on the same (type-free) code; Java's is
+// jshell on a script file ("-" marks the peer argument as a file).
 var langBench = []struct{ lang, setup, cell, peer, peerArg string }{
 	{"javascript", "let x = 40", "x + 2", "node", "-e"},
+	{"typescript", "let x: number = 40", "x + 2", "node", "-e"},
 	{"bash", "x=40", "echo $((x + 2))", "bash", "-c"},
 	{"r", "x <- 40", "x + 2", "Rscript", "-e"},
+	{"java", "int x = 40;", "x + 2", "jshell", "-"},
 }
 
 func BenchmarkLanguageFirstResult(b *testing.B) {
@@ -96,16 +102,25 @@ func BenchmarkLanguageRoundTrip(b *testing.B) {
 
 func BenchmarkPeer(b *testing.B) {
 	for _, l := range langBench {
-		b.Run(l.peer, func(b *testing.B) {
+		b.Run(l.lang+"/"+l.peer, func(b *testing.B) {
 			if _, err := exec.LookPath(l.peer); err != nil {
 				b.Skip(err)
 			}
 			code := l.setup + "; " + l.cell
-			if l.lang == "javascript" {
-				code = l.setup + "; console.log(x + 2)"
+			args := []string{l.peerArg, code}
+			switch l.lang {
+			case "javascript", "typescript":
+				code = "let x = 40; console.log(x + 2)"
+				args = []string{l.peerArg, code}
+			case "java":
+				f := filepath.Join(b.TempDir(), "peer.jsh")
+				if err := os.WriteFile(f, []byte(l.setup+"\nSystem.out.println(x + 2);\n/exit\n"), 0o644); err != nil {
+					b.Fatal(err)
+				}
+				args = []string{"-q", f}
 			}
 			for b.Loop() {
-				if err := exec.Command(l.peer, l.peerArg, code).Run(); err != nil {
+				if err := exec.Command(l.peer, args...).Run(); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1686,6 +1686,18 @@ def get_ipython():
 # group): bash returns from the cell, node interrupts the running script or
 # abandons the awaited promise; both then report the cell as done.
 
+# Where the typescript package may be (Debian's node-typescript first); the
+# Go side (languages.go, TypeScriptLibs) checks the same list.
+_TS_LIBS = ("/usr/share/nodejs/typescript", "/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript")
+
+
+def _ts_lib():
+    for d in _TS_LIBS:
+        if os.path.isfile(os.path.join(d, "lib", "typescript.js")):
+            return d
+    return None
+
+
 _JS_DRIVER = r"""
 'use strict'
 const fs = require('fs'), repl = require('repl'), vm = require('vm'), util = require('util')
@@ -1715,7 +1727,26 @@ function imports(code) {
       return out.join(' ')
     })
 }
+// TypeScript (CS_TS_LIB): each cell transpiled on its own, as a script
+// with ES module syntax (the imports then become dynamic ones above), every
+// import kept (a cell may import for a later one); syntax errors are the
+// cell's SyntaxError. Types are not checked, as with node's type stripping.
+let ts = null
+if (process.env.CS_TS_LIB) { ts = require(process.env.CS_TS_LIB); delete process.env.CS_TS_LIB }
+function transpile(code) {
+  if (!ts) return code
+  const out = ts.transpileModule(code, { reportDiagnostics: true, fileName: 'cell.ts', compilerOptions: {
+    target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, isolatedModules: true,
+    preserveValueImports: true, importsNotUsedAsValues: ts.ImportsNotUsedAsValues.Preserve } })
+  const d = (out.diagnostics || []).filter((x) => x.category === ts.DiagnosticCategory.Error)
+  if (d.length) {
+    const pos = d[0].file && d[0].start !== undefined ? d[0].file.getLineAndCharacterOfPosition(d[0].start) : null
+    throw new SyntaxError(ts.flattenDiagnosticMessageText(d[0].messageText, '\n') + (pos ? ' (cell:' + (pos.line + 1) + ':' + (pos.character + 1) + ')' : ''))
+  }
+  return out.outputText
+}
 function run(code) {
+  try { code = transpile(code) } catch (e) { return Promise.resolve([e]) }
   code = imports(code)
   if (!/\bawait\b/.test(code)) {
     try { return Promise.resolve([null, new vm.Script(code, { filename: 'cell' }).runInThisContext({ breakOnSigint: true })]) } catch (e) { return Promise.resolve([e]) }
@@ -1813,6 +1844,136 @@ local({
 """
 
 
+# Java: one JVM running JShell's API with the local execution engine (state
+# between cells, System.out/err straight to fds 1 and 2). The same line
+# protocol as R's: "<id> <cell file> <env file|->" in; "<id> result <hex>",
+# "<id> error <hex name> <hex message> <hex traceback>", "<id> interrupt",
+# "<id> done" out. The sandbox's and the cell's variables are also system
+# properties (System.getProperty), as on E2B's Java kernel; SIGINT stops the
+# running snippet.
+_JAVA_DRIVER = r"""import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.*;
+import java.util.*;
+import jdk.jshell.*;
+
+public class Driver {
+  static PrintStream st;
+  static String hex(String s) {
+    byte[] b = s.getBytes(StandardCharsets.UTF_8);
+    if (b.length == 0) return "-";
+    StringBuilder sb = new StringBuilder();
+    for (byte x : b) sb.append(String.format("%02x", x & 0xff));
+    return sb.toString();
+  }
+  static String unhex(String h) {
+    if (h.equals("-") || h.isEmpty()) return "";
+    byte[] b = new byte[h.length() / 2];
+    for (int i = 0; i < b.length; i++) b[i] = (byte) Integer.parseInt(h.substring(2 * i, 2 * i + 2), 16);
+    return new String(b, StandardCharsets.UTF_8);
+  }
+  static void send(String... parts) {
+    System.out.flush(); System.err.flush();
+    st.print(String.join(" ", parts) + "\n"); st.flush();
+  }
+  static String unquote(String v) {
+    if (v == null || v.length() < 2 || !v.startsWith("\"") || !v.endsWith("\"")) return v;
+    StringBuilder sb = new StringBuilder();
+    for (int i = 1; i < v.length() - 1; i++) {
+      char c = v.charAt(i);
+      if (c == '\\' && i + 1 < v.length() - 1) {
+        char n = v.charAt(++i);
+        switch (n) { case 'n': sb.append('\n'); break; case 't': sb.append('\t'); break; case 'r': sb.append('\r'); break;
+          case 'b': sb.append('\b'); break; case 'f': sb.append('\f'); break; default: sb.append(n); }
+      } else sb.append(c);
+    }
+    return sb.toString();
+  }
+  static volatile boolean running = false;
+  public static void main(String[] a) throws Exception {
+    BufferedReader cmd = new BufferedReader(new InputStreamReader(new FileInputStream("/proc/self/fd/" + System.getenv("CS_CMD_FD")), StandardCharsets.UTF_8));
+    st = new PrintStream(new FileOutputStream("/proc/self/fd/" + System.getenv("CS_ST_FD")), false, StandardCharsets.UTF_8);
+    // The sandbox's variables are system properties too, as on E2B's Java kernel.
+    for (Map.Entry<String, String> e : System.getenv().entrySet())
+      if (!e.getKey().startsWith("CS_") && System.getProperty(e.getKey()) == null) System.setProperty(e.getKey(), e.getValue());
+    JShell js = JShell.builder().executionEngine("local").out(System.out).err(System.err).build();
+    sun.misc.Signal.handle(new sun.misc.Signal("INT"), s -> { if (running) js.stop(); });
+    SourceCodeAnalysis sca = js.sourceCodeAnalysis();
+    String line;
+    while ((line = cmd.readLine()) != null) {
+      String[] f = line.split(" ");
+      String id = f[0];
+      Map<String, String> saved = new HashMap<>();
+      if (!f[2].equals("-")) {
+        for (String kv : Files.readAllLines(Paths.get(f[2]))) {
+          int eq = kv.indexOf('=');
+          if (eq < 0) continue;
+          String k = kv.substring(0, eq);
+          saved.put(k, System.getProperty(k));
+          System.setProperty(k, unhex(kv.substring(eq + 1)));
+        }
+      }
+      String rest = new String(Files.readAllBytes(Paths.get(f[1])), StandardCharsets.UTF_8);
+      String value = null;
+      boolean failed = false;
+      running = true;
+      try {
+        while (!rest.isBlank() && !failed) {
+          SourceCodeAnalysis.CompletionInfo ci = sca.analyzeCompletion(rest);
+          String src = ci.source();
+          if (ci.completeness() == SourceCodeAnalysis.Completeness.EMPTY) break;
+          if (src == null || !ci.completeness().isComplete()) { src = rest; rest = ""; } else rest = ci.remaining();
+          value = null;
+          for (SnippetEvent ev : js.eval(src)) {
+            if (ev.causeSnippet() != null) continue;
+            if (ev.exception() != null) {
+              Throwable x = ev.exception();
+              String name = x instanceof EvalException ? ((EvalException) x).getExceptionClassName() : x.getClass().getName();
+              if (x instanceof UnresolvedReferenceException) name = "UnresolvedReferenceException";
+              StringWriter sw = new StringWriter();
+              x.printStackTrace(new PrintWriter(sw));
+              String tb = sw.toString();
+              if (x instanceof EvalException) tb = name + ": " + String.valueOf(x.getMessage()) + "\n" + tb.substring(tb.indexOf('\n') + 1);
+              boolean stopped = name.equals("jdk.jshell.spi.ExecutionControl$StoppedException") || x.getClass().getSimpleName().equals("StoppedException");
+              if (stopped) send(id, "interrupt");
+              else send(id, "error", hex(name.substring(name.lastIndexOf('.') + 1)), hex(String.valueOf(x.getMessage())), hex(tb));
+              failed = true;
+              break;
+            }
+            if (ev.status() == Snippet.Status.REJECTED) {
+              StringBuilder msg = new StringBuilder();
+              js.diagnostics(ev.snippet()).forEach(d -> msg.append(d.getMessage(Locale.ROOT)).append("\n"));
+              String m = msg.toString().trim();
+              send(id, "error", hex("CompilationException"), hex(m), hex(m + "\n" + ev.snippet().source() + "\n"));
+              failed = true;
+              break;
+            }
+            Snippet sn = ev.snippet();
+            Snippet.SubKind k = sn.subKind();
+            if (ev.value() != null && (k == Snippet.SubKind.TEMP_VAR_EXPRESSION_SUBKIND || k == Snippet.SubKind.VAR_VALUE_SUBKIND || k == Snippet.SubKind.OTHER_EXPRESSION_SUBKIND)) {
+              String type = sn instanceof VarSnippet ? ((VarSnippet) sn).typeName() : sn instanceof ExpressionSnippet ? ((ExpressionSnippet) sn).typeName() : "";
+              value = type.equals("String") ? unquote(ev.value()) : ev.value();
+            }
+          }
+        }
+      } catch (Throwable t) {
+        send(id, "error", hex(t.getClass().getSimpleName()), hex(String.valueOf(t.getMessage())), hex(String.valueOf(t)));
+        failed = true;
+      } finally {
+        running = false;
+      }
+      if (!failed && value != null) send(id, "result", hex(value));
+      for (Map.Entry<String, String> e : saved.entrySet()) {
+        if (e.getValue() == null) System.clearProperty(e.getKey()); else System.setProperty(e.getKey(), e.getValue());
+      }
+      send(id, "done");
+    }
+    System.exit(0);
+  }
+}
+"""
+
+
 class _Child:
     """A persistent interpreter for a non-Python context."""
 
@@ -1835,6 +1996,12 @@ class _Child:
         if self.lang == "bash":
             argv = ["bash", "--norc", "--noprofile", "-c",
                     "trap 'return 130 2>/dev/null' INT; while IFS= read -r -u %d line; do eval \"$line\"; done" % cmd_r]
+        elif self.lang == "java":
+            drv = os.path.join(self.dir, "Driver.java")
+            with open(drv, "w") as f:
+                f.write(_JAVA_DRIVER)
+            # C1 only: a kernel's cells are short; the JVM starts faster.
+            argv = ["java", "-XX:TieredStopAtLevel=1", "-Xshare:auto", drv]
         elif self.lang == "r":
             drv = os.path.join(self.dir, "driver.R")
             with open(drv, "w") as f:
@@ -1846,7 +2013,13 @@ class _Child:
                 f.write(_JS_DRIVER)
             argv = ["node"]
             if self.lang == "typescript":
-                argv.append("--experimental-strip-types")
+                # TypeScript's own transpiler where it is installed (any
+                # node), else node's type stripping (22.6 or later).
+                lib = _ts_lib()
+                if lib:
+                    env["CS_TS_LIB"] = lib
+                else:
+                    argv.append("--experimental-strip-types")
             argv.append(drv)
         _flush_streams()
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, st_w), env=env, cwd=os.getcwd())
@@ -1919,8 +2092,8 @@ class _Child:
             pre = "".join("%s=%s " % (k, _shq(v)) for k, v in env.items() if _bash_name(k))
             cmd = "%ssource %s </dev/null; echo \"%d $?\" >&%d\n" % (pre, _shq(path), seq, self.stw)
             data = cmd.encode("utf-8", "surrogateescape")
-        elif self.lang == "r":
-            path = os.path.join(self.dir, "cell.R")
+        elif self.lang in ("r", "java"):
+            path = os.path.join(self.dir, "cell.R" if self.lang == "r" else "cell.jsh")
             with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(src)
                 f.write("\n")
@@ -1966,6 +2139,24 @@ class _Child:
                         _send({"t": "error", "name": "BashError", "value": "exit status %d" % rc,
                                "tb": "the cell's last command exited with status %d\n" % rc})
                     return None
+                continue
+            if self.lang == "java":
+                parts = line.decode("ascii", "replace").split(" ")
+                if parts[0] != str(seq):
+                    continue
+                kind = parts[1] if len(parts) > 1 else ""
+
+                def unhex(h):
+                    return "" if h == "-" else bytes.fromhex(h).decode("utf-8", "replace")
+
+                if kind == "done":
+                    return None
+                if kind == "result" and len(parts) > 2:
+                    _publish({"text/plain": unhex(parts[2])}, {}, True)
+                elif kind == "error" and len(parts) > 4:
+                    _send({"t": "error", "name": unhex(parts[2]), "value": unhex(parts[3]), "tb": unhex(parts[4])})
+                elif kind == "interrupt":
+                    _send({"t": "error", "name": "KeyboardInterrupt", "value": "", "tb": "KeyboardInterrupt\n"})
                 continue
             if self.lang == "r":
                 parts = line.decode("ascii", "replace").split(" ")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -18,7 +19,7 @@ var ErrLanguageUnavailable = errors.New("kernel: language unavailable")
 // Languages our kernel runs. Python cells run in kernel.py itself; the others
 // in a persistent interpreter kernel.py drives (state between runs, live
 // output, errors, interrupt by SIGINT).
-var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript"}
+var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript", "java": "java"}
 
 var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
 
@@ -29,7 +30,7 @@ var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
 func CheckLanguage(ctx context.Context, language string, env []string) error {
 	prog, ok := interpreters[language]
 	if !ok {
-		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript, bash and r do)", ErrLanguageUnavailable, language)
+		return fmt.Errorf("%w: %q has no kernel in this sandbox (python, javascript, typescript, bash, r and java do)", ErrLanguageUnavailable, language)
 	}
 	if prog == "" {
 		return nil
@@ -38,8 +39,19 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s needs %s, which is not installed in this sandbox (%v)", ErrLanguageUnavailable, language, prog, err)
 	}
+	if language == "java" {
+		// The kernel runs on JShell's API (module jdk.jshell), which a JDK
+		// has and a JRE lacks; jshell stands for it.
+		if _, err := lookPathEnv("jshell", env); err != nil {
+			return fmt.Errorf("%w: java needs a JDK (JShell), and this sandbox has only a JRE (%v)", ErrLanguageUnavailable, err)
+		}
+		return nil
+	}
 	if language != "typescript" {
 		return nil
+	}
+	if TypeScriptLib() != "" {
+		return nil // transpiled by TypeScript itself, on any node
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -55,9 +67,25 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 	major, _ := strconv.Atoi(m[1])
 	minor, _ := strconv.Atoi(m[2])
 	if major < 22 || major == 22 && minor < 6 {
-		return fmt.Errorf("%w: typescript needs node 22.6 or later (it runs .ts by stripping types); this sandbox has node %s", ErrLanguageUnavailable, v)
+		return fmt.Errorf("%w: typescript needs the typescript package (Debian's node-typescript, or npm's in /usr/lib/node_modules) or node 22.6 or later (which strips types itself); this sandbox has node %s and neither", ErrLanguageUnavailable, v)
 	}
 	return nil
+}
+
+// typeScriptLibs are where the typescript package may be installed, in
+// the order kernel.py's _TS_LIBS tries them.
+var typeScriptLibs = []string{"/usr/share/nodejs/typescript", "/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript"}
+
+// TypeScriptLib is the directory of the typescript package the kernel
+// transpiles TypeScript cells with; "" when there is none (node's type
+// stripping is then the way, from node 22.6).
+func TypeScriptLib() string {
+	for _, d := range typeScriptLibs {
+		if fi, err := os.Stat(d + "/lib/typescript.js"); err == nil && fi.Mode().IsRegular() {
+			return d
+		}
+	}
+	return ""
 }
 
 func lookPathEnv(prog string, env []string) (string, error) {

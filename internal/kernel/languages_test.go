@@ -116,8 +116,103 @@ func TestJavaScriptKernel(t *testing.T) {
 	}
 }
 
+// TestTypeScriptKernel: TypeScript cells (types, interfaces, enums, imports
+// kept for later cells, top-level await), state between cells, a syntax
+// error as the cell's SyntaxError, a runtime error with its traceback, and
+// interrupt. On node before 22.6 it runs on the typescript package (Debian's
+// node-typescript, which scripts/install-deps.sh brings).
+func TestTypeScriptKernel(t *testing.T) {
+	s := langSession(t, "typescript")
+	r := exec1(t, s, "const message: string = \"Hello World!\"; console.log(message)")
+	noErrors(t, "ts", r)
+	if r.stdout() != "Hello World!\n" {
+		t.Fatalf("first cell: %q", r.stdout())
+	}
+	for _, c := range [][2]string{
+		{"interface P { x: number }\nlet p: P = { x: 40 }\np.x + 2", "42"},
+		{"p.x", "40"},
+		{"enum Color { Red, Green }\nColor.Green", "1"},
+		{"import { basename } from 'path'", ""},
+		{"basename('/a/b.txt' as string)", "'b.txt'"},
+		{"const v: number = await Promise.resolve(7)\nv * 2", "14"},
+		{"function sq<T extends number>(n: T): number { return n * n }\nsq(9)", "81"},
+		{"typeof process.cwd()", "'string'"},
+	} {
+		r := exec1(t, s, c[0])
+		noErrors(t, c[0], r)
+		if c[1] == "" {
+			continue
+		}
+		if got := mainText(t, r); got != c[1] {
+			t.Errorf("%q: %q, want %q", c[0], got, c[1])
+		}
+	}
+	r = exec1(t, s, "const = 5")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "SyntaxError" {
+		t.Fatalf("syntax error: %+v", r.errors())
+	}
+	r = exec1(t, s, "function f(): never { throw new TypeError('bad') }\nf()")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "TypeError" || !strings.Contains(errs[0].Traceback, "at f") {
+		t.Fatalf("error: %+v", r.errors())
+	}
+	r = execReq(t, s, Request{Code: "for (;;) {}", Timeout: time.Second})
+	if r.out.KernelDied || len(r.errors()) == 0 {
+		t.Fatalf("interrupt: %+v %+v", r.out, r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "p.x + 1")); got != "41" {
+		t.Fatalf("state after the interrupt: %q", got)
+	}
+}
+
+// TestJavaKernel: Java cells through JShell: state, output, the last
+// expression's value (strings unquoted, as E2B's kernel shows them),
+// variables as system properties (the cell's for the cell only), compile
+// and runtime errors, interrupt.
+func TestJavaKernel(t *testing.T) {
+	s := langSession(t, "java")
+	r := exec1(t, s, "System.out.println(\"hi\");\nint x = 40;\nx + 2")
+	noErrors(t, "java", r)
+	if r.stdout() != "hi\n" || mainText(t, r) != "42" {
+		t.Fatalf("first cell: %q %q", r.stdout(), mainText(t, r))
+	}
+	for _, c := range [][2]string{
+		{"x", "40"},
+		{"String s = \"a\\nb\"; s", "a\nb"},
+		{"import java.util.*;\nList<Integer> l = new ArrayList<>(List.of(3, 1, 2)); Collections.sort(l); l", "[1, 2, 3]"},
+		{"System.getProperty(\"CS_J\", \"default\")", "default"},
+	} {
+		r := exec1(t, s, c[0])
+		noErrors(t, c[0], r)
+		if got := mainText(t, r); got != c[1] {
+			t.Errorf("%q: %q, want %q", c[0], got, c[1])
+		}
+	}
+	r = execReq(t, s, Request{Code: "System.getProperty(\"CS_J\")", EnvVars: map[string]string{"CS_J": "scoped"}})
+	if mainText(t, r) != "scoped" {
+		t.Fatalf("per-execution variable: %q %+v", mainText(t, r), r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "System.getProperty(\"CS_J\", \"gone\")")); got != "gone" {
+		t.Fatalf("the cell's variable outlived it: %q", got)
+	}
+	r = exec1(t, s, "int y = ;")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "CompilationException" {
+		t.Fatalf("compile error: %+v", r.errors())
+	}
+	r = exec1(t, s, "Object o = null; o.toString()")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "NullPointerException" {
+		t.Fatalf("runtime error: %+v", r.errors())
+	}
+	r = execReq(t, s, Request{Code: "while (true) {}", Timeout: 2 * time.Second})
+	if r.out.KernelDied || len(r.errors()) == 0 {
+		t.Fatalf("interrupt: %+v %+v", r.out, r.errors())
+	}
+	if got := mainText(t, exec1(t, s, "x + 1")); got != "41" {
+		t.Fatalf("state after the interrupt: %q", got)
+	}
+}
+
 func TestLanguageRefused(t *testing.T) {
-	for _, lang := range []string{"java", "cobol"} {
+	for _, lang := range []string{"cobol", "fortran"} {
 		err := CheckLanguage(context.Background(), lang, nil)
 		if !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), lang) {
 			t.Errorf("%s: %v", lang, err)
@@ -125,6 +220,9 @@ func TestLanguageRefused(t *testing.T) {
 	}
 	if err := CheckLanguage(context.Background(), "javascript", []string{"PATH=/nonexistent"}); !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), "node") {
 		t.Errorf("javascript without node: %v", err)
+	}
+	if err := CheckLanguage(context.Background(), "java", []string{"PATH=/nonexistent"}); !errors.Is(err, ErrLanguageUnavailable) || !strings.Contains(err.Error(), "java") {
+		t.Errorf("java without a JDK: %v", err)
 	}
 }
 

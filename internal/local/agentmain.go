@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
@@ -36,6 +37,14 @@ func runAgent() int {
 		return 1
 	}
 	cfgFile.Close()
+	// A root user (root callers' sandboxes; isolate's rootuser.go puts sudo
+	// in /usr/local/bin): the SDK's user: 'root' runs through sudo.
+	var root agent.EnvdOptions
+	if isolate.RootAvailable() {
+		root.Sudo = isolate.SudoPath
+		root.Root = envd.User{Name: "root", UID: isolate.RootOuterUID, GID: isolate.RootOuterGID, Home: isolate.RootHome}
+		root.OpenAs = isolate.RootOpen
+	}
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: listener:", err)
@@ -51,7 +60,7 @@ func runAgent() int {
 	}
 	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true})
+	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root, OpenAs: root.OpenAs})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,

@@ -59,6 +59,10 @@ type agentConfig struct {
 // Main runs the role this process was re-executed for, if any, and exits.
 // It returns normally in an ordinary process.
 func Main() {
+	if isolate.IsSudo() {
+		// The sandbox's sudo (this binary bound at isolate.SudoPath).
+		os.Exit(isolate.Sudo())
+	}
 	switch os.Getenv(roleEnv) {
 	case roleShim:
 		os.Exit(runShim())
@@ -141,6 +145,11 @@ func runShim() int {
 		Rootfs:        spec.Rootfs,
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
+	}
+	if r.HostUID != 0 {
+		// A root user inside (isolate's rootuser.go), as E2B's sudo and
+		// user: 'root' expect; only root callers have host ids to give it.
+		ispec.HostRootUID, ispec.HostRootGID = rootHostUID(r.HostUID), rootHostUID(r.HostUID)
 	}
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.

@@ -78,3 +78,8 @@ func readHostUID(dir string) (int, bool) {
 	uid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	return uid, err == nil && uid >= uidBase && uid < uidBase+uidSlots
 }
+
+// rootHostUID is the host uid (and gid) the sandbox's root user maps to:
+// one of its own per sandbox, the user's slot in the range right above
+// (0x70010000 + slot), so that it is no other sandbox's and no host user's.
+func rootHostUID(userHostUID int) int { return userHostUID + uidSlots }

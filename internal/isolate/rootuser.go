@@ -1,0 +1,629 @@
+//go:build linux
+
+package isolate
+
+// Root inside the sandbox (Spec.HostRootUID): uid 0 of a user namespace
+// nested in the sandbox's, mapped to an unprivileged host uid of its own,
+// with no capability in any set, no_new_privs and the same seccomp filter as
+// every other process of the sandbox. It owns what the sandbox gives it
+// (/root, the files it creates on the root directory's tmpfs) and nothing of
+// the host: the system directories stay read-only binds, and host files show
+// as nobody's. It can't touch the agent (uid 1000): without CAP_KILL it
+// can't signal it, the seccomp filter keeps ptrace and prlimit/setpriority
+// of other processes from everyone, and the agent's /proc files are out of
+// its reach because uid 0 is not mapped in the sandbox's own namespace — a
+// non-dumpable process's /proc files belong to uid 0 of the namespace its
+// memory was made in, where one exists: were root the sandbox's own uid 0,
+// it could write the agent's oom_score_adj and have the OOM killer end it.
+// In the sandbox's namespace (the agent's view) root is RootOuterUID, which
+// /etc/passwd also names root. The nested namespace maps the user (1000,
+// 100) too, so root sees the user's files as theirs.
+//
+// No process of the sandbox can setuid(0) (none holds CAP_SETUID), so root's
+// processes come from a broker: stage 1 starts it as uid 0 before dropping
+// its own capabilities; it hardens itself as stage 1 does (stage 3) and
+// re-executes (stage 4) to listen on RootSocket. `sudo` (SudoPath, this
+// binary bound read-only) asks it to start a command as root with the
+// caller's stdin, stdout and stderr, relays signals and exits as the command
+// did. Anyone in the sandbox may ask, as E2B's user has passwordless sudo:
+// root here is a convenience within the sandbox, not a privilege over it.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxRootRequest bounds a request to the broker (argv and environment).
+const maxRootRequest = 256 << 10
+
+type rootRequest struct {
+	// Op is "" (run Path with Args, Env, Dir and the three fds sent along)
+	// or "open" (open Path as root with Flags and Perm, creating its parent
+	// directories first with Mkdir, and send the fd back).
+	Op    string   `json:"op,omitempty"`
+	Path  string   `json:"path"`
+	Args  []string `json:"args,omitempty"`
+	Env   []string `json:"env,omitempty"`
+	Dir   string   `json:"dir,omitempty"`
+	Flags int      `json:"flags,omitempty"`
+	Perm  uint32   `json:"perm,omitempty"`
+	Mkdir bool     `json:"mkdir,omitempty"`
+}
+
+// RootAvailable reports whether this sandbox has a root user (its broker is
+// listening); called inside the sandbox.
+func RootAvailable() bool {
+	fi, err := os.Lstat(RootSocket)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+// prepareRootUser runs in stage 1 while the new root is built at nr (the
+// binary's fd comes from the host's mount namespace copy, which the pivot
+// detaches): root's home and the broker's directory, owned by uid 0, and the
+// sudo binary, read-only.
+func prepareRootUser(nr string, cfg *childConfig) error {
+	defer unix.Close(cfg.SudoFD)
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		// 0755, not 0700: anyone here may become root (sudo), so nothing
+		// is kept from the user by it, and the user's kernels and the
+		// agent can use /root as a working directory and list it.
+		{RootHome, 0o755}, {RootDir, 0o755}, {RootDir + "/bin", 0o755}} {
+		p := nr + d.path
+		if err := os.Mkdir(p, d.mode); err != nil {
+			return fmt.Errorf("root user: %w", err)
+		}
+		if err := os.Chown(p, RootOuterUID, RootOuterGID); err != nil {
+			return fmt.Errorf("root user: %w", err)
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return fmt.Errorf("root user: %w", err)
+		}
+	}
+	f, err := os.OpenFile(nr+SudoPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	f.Close()
+	if err := mount("/proc/self/fd/"+strconv.Itoa(cfg.SudoFD), nr+SudoPath, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	if err := remountTreeReadOnly(nr + SudoPath); err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	return nil
+}
+
+// sudoOnPath puts sudo into /usr/local/bin, which every PATH has (a login
+// shell's too: Debian's /etc/profile resets PATH): a read-only overlay of a
+// directory holding only a sudo script over the system's own, so nothing
+// of /usr/local/bin is hidden and nothing can be written there. Runs after
+// the pivot (every path is inside the sandbox's root); without
+// /usr/local/bin, or where the kernel refuses the overlay, sudo is at
+// SudoPath only.
+func sudoOnPath() error {
+	if fi, err := os.Lstat("/usr/local/bin"); err != nil || !fi.IsDir() {
+		return nil
+	}
+	dir := RootDir + "/path"
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	script := "#!/bin/sh\nexec " + SudoPath + " \"$@\"\n"
+	if err := os.WriteFile(dir+"/sudo", []byte(script), 0o755); err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	for _, p := range []string{dir + "/sudo", dir} {
+		if err := os.Chown(p, RootOuterUID, RootOuterGID); err != nil {
+			return fmt.Errorf("root user: %w", err)
+		}
+	}
+	if err := unix.Mount("overlay", "/usr/local/bin", "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "lowerdir="+dir+":/usr/local/bin"); err != nil {
+		fmt.Fprintf(os.Stderr, "isolate: sudo at %s only, not in /usr/local/bin: overlay: %v\n", SudoPath, err)
+	}
+	return nil
+}
+
+// startRootBroker starts the broker as uid 0 and waits until it listens.
+func startRootBroker(cfg *childConfig) error {
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer statR.Close()
+	bc := *cfg
+	bc.Stage, bc.ExeFD, bc.StatusFD, bc.SyncFD = 3, 3, 4, -1
+	bc.Rootfs, bc.RootfsFD = "", 0
+	j, _ := json.Marshal(bc)
+	env := []string{envKey + "=" + string(j)}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envKey+"=") {
+			env = append(env, kv)
+		}
+	}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/3",
+		Args:       []string{"code-sandboxes-root"},
+		Env:        env,
+		Dir:        "/",
+		Stderr:     os.Stderr, // the agent's log
+		ExtraFiles: []*os.File{os.NewFile(uintptr(cfg.ExeFD), "exe"), statW},
+		SysProcAttr: &syscall.SysProcAttr{
+			// Root of a namespace of its own, nested in the sandbox's (see
+			// the top of this file); stage 1 writes its maps with the
+			// capabilities it still holds.
+			Cloneflags: syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{
+				{ContainerID: 0, HostID: RootOuterUID, Size: 1}, {ContainerID: SandboxUID, HostID: SandboxUID, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{
+				{ContainerID: 0, HostID: RootOuterGID, Size: 1}, {ContainerID: SandboxGID, HostID: SandboxGID, Size: 1}},
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}},
+			Setsid:                     true,
+		},
+	}
+	// Stage 1's own fds that stage 2 inherits (the status pipe, the
+	// caller's ExtraFiles) are no business of the broker's and must not
+	// reach it: a copy of the status pipe's write end there would keep
+	// Start from ever seeing its EOF.
+	restore, err := cloexecInherited()
+	if err != nil {
+		return fmt.Errorf("root user: %w", err)
+	}
+	err = cmd.Start()
+	restore()
+	statW.Close()
+	if err != nil {
+		return fmt.Errorf("root user: start broker: %w", err)
+	}
+	// Not waited for: stage 1 becomes the agent, whose reaper collects it.
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(statR, 4096))
+		ch <- result{b, err}
+	}()
+	select {
+	case r := <-ch:
+		if s := strings.TrimSpace(string(r.b)); s != "ready" {
+			return fmt.Errorf("root user: broker: %q", s)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		return errors.New("root user: broker did not start within 10s")
+	}
+	return nil
+}
+
+// reopenFileInChild opens f (the binary) once more, as us, through the
+// child's view of the file system (/proc/<pid>/root), and checks it is the
+// same file: see reopenInChild.
+func reopenFileInChild(pid int, f *os.File) (int, error) {
+	canon, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(f.Fd())))
+	if err != nil || !strings.HasPrefix(canon, "/") || strings.HasSuffix(canon, " (deleted)") {
+		return -1, fmt.Errorf("%s: cannot tell its path (%q %v); sudo needs the binary on disk", f.Name(), canon, err)
+	}
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/root"+canon, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("%s: open in the sandbox's mount namespace: %w", canon, err)
+	}
+	var a, b unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &a); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Fstat(fd, &b); err != nil || a.Dev != b.Dev || a.Ino != b.Ino || b.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s changed while the sandbox started", canon)
+	}
+	return fd, nil
+}
+
+// cloexecInherited sets close-on-exec on every fd from 3 up that lacks it
+// and returns the function that clears it again.
+func cloexecInherited() (func(), error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	var set []int
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // closed meanwhile (the listing's own fd), or already
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err == nil {
+			set = append(set, fd)
+		}
+	}
+	return func() {
+		for _, fd := range set {
+			if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil {
+				unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags&^unix.FD_CLOEXEC)
+			}
+		}
+	}, nil
+}
+
+// rootStage3 hardens the broker as stage 1 hardens itself, then re-executes
+// it (stage 4) so that every thread has the result. Never returns.
+func rootStage3(cfg *childConfig) {
+	runtime.LockOSThread()
+	st := os.NewFile(uintptr(cfg.StatusFD), "status")
+	fail := func(err error) {
+		fmt.Fprintf(st, "error: %v\n", err)
+		os.Exit(1)
+	}
+	unix.CloseOnExec(cfg.ExeFD)
+	if err := dropCapabilities(); err != nil {
+		fail(err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		fail(fmt.Errorf("no_new_privs: %w", err))
+	}
+	if err := loadSeccomp(); err != nil {
+		fail(err)
+	}
+	cfg.Stage = 4
+	j, _ := json.Marshal(cfg)
+	env := []string{envKey + "=" + string(j)}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envKey+"=") {
+			env = append(env, kv)
+		}
+	}
+	exe := "/proc/self/fd/" + strconv.Itoa(cfg.ExeFD)
+	fail(fmt.Errorf("re-exec %s: %w", exe, unix.Exec(exe, []string{"code-sandboxes-root"}, env)))
+}
+
+// rootStage4 is the broker: it serves RootSocket until the sandbox ends.
+func rootStage4(cfg *childConfig) {
+	os.Unsetenv(envKey)
+	st := os.NewFile(uintptr(cfg.StatusFD), "status")
+	// Nothing of it for user code (root too) to read or rewrite.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Fprintf(st, "error: dumpable: %v\n", err)
+		os.Exit(1)
+	}
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	if err == nil {
+		err = os.Chmod(RootSocket, 0o666)
+	}
+	if err != nil {
+		fmt.Fprintf(st, "error: listen: %v\n", err)
+		os.Exit(1)
+	}
+	st.Write([]byte("ready\n"))
+	st.Close()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				os.Exit(1)
+			}
+			time.Sleep(10 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		go serveRoot(c)
+	}
+}
+
+// serveRoot starts one command as root for a client and reports its end.
+func serveRoot(c *net.UnixConn) {
+	defer c.Close()
+	buf := make([]byte, maxRootRequest)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	c.SetReadDeadline(time.Time{})
+	if err != nil {
+		return
+	}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for i := range msgs {
+			fds, err := unix.ParseUnixRights(&msgs[i])
+			if err != nil {
+				continue
+			}
+			for _, fd := range fds {
+				files = append(files, os.NewFile(uintptr(fd), "stdio"))
+			}
+		}
+	}
+	reply := func(s string) { c.Write([]byte(s)) }
+	var req rootRequest
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) == 0 && json.Unmarshal(buf[:n], &req) == nil && req.Op == "open" && len(files) == 0 {
+		serveRootOpen(c, req)
+		return
+	}
+	switch {
+	case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
+		reply("error request too large")
+		return
+	case req.Op != "":
+		reply("error unknown operation")
+		return
+	case len(files) != 3:
+		reply(fmt.Sprintf("error want stdin, stdout and stderr, got %d descriptors", len(files)))
+		return
+	case json.Unmarshal(buf[:n], &req) != nil || !filepath.IsAbs(req.Path) || len(req.Args) == 0:
+		reply("error malformed request")
+		return
+	}
+	cmd := &exec.Cmd{
+		Path: req.Path, Args: req.Args, Env: req.Env, Dir: req.Dir,
+		Stdin: files[0], Stdout: files[1], Stderr: files[2],
+		// Its own process group, so that the client going away takes
+		// everything it started with it.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		reply("error " + err.Error())
+		return
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	files = nil
+	pid := cmd.Process.Pid
+	reply("started " + strconv.Itoa(pid))
+	done := make(chan struct{})
+	go func() {
+		b := make([]byte, 64)
+		for {
+			n, err := c.Read(b)
+			if err != nil || n == 0 {
+				select {
+				case <-done:
+				default:
+					// The client is gone (killed): so is what it ran.
+					syscall.Kill(-pid, syscall.SIGKILL)
+				}
+				return
+			}
+			if s, ok := strings.CutPrefix(string(b[:n]), "signal "); ok {
+				if sig, err := strconv.Atoi(s); err == nil && sig > 0 && sig < 65 {
+					syscall.Kill(pid, syscall.Signal(sig))
+				}
+			}
+		}
+	}()
+	cmd.Wait()
+	close(done)
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		reply("signal " + strconv.Itoa(int(ws.Signal())))
+	} else {
+		reply("exit " + strconv.Itoa(ws.ExitStatus()))
+	}
+}
+
+// serveRootOpen opens a file as root and sends its fd back ("ok" with the
+// fd, or "errno <n> <text>").
+func serveRootOpen(c *net.UnixConn, req rootRequest) {
+	fail := func(err error) {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EIO
+		}
+		c.Write([]byte(fmt.Sprintf("errno %d %v", int(errno), err)))
+	}
+	if !filepath.IsAbs(req.Path) {
+		fail(syscall.EINVAL)
+		return
+	}
+	if req.Mkdir {
+		if err := os.MkdirAll(filepath.Dir(req.Path), 0o755); err != nil {
+			fail(err)
+			return
+		}
+	}
+	fd, err := unix.Open(req.Path, req.Flags|unix.O_CLOEXEC|unix.O_NOCTTY, req.Perm&0o7777)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer unix.Close(fd)
+	c.WriteMsgUnix([]byte("ok"), unix.UnixRights(fd), nil)
+}
+
+// RootOpen opens path as the sandbox's root (through its broker): flags
+// and perm as open(2)'s; mkdir creates the parent directories first, as
+// root. Errors carry the errno (fs.ErrNotExist, fs.ErrPermission… match).
+func RootOpen(path string, flags int, perm os.FileMode, mkdir bool) (*os.File, error) {
+	req, _ := json.Marshal(rootRequest{Op: "open", Path: path, Flags: flags, Perm: uint32(perm.Perm()), Mkdir: mkdir})
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(req); err != nil {
+		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+	}
+	b := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := c.ReadMsgUnix(b, oob)
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+	}
+	if rest, ok := strings.CutPrefix(string(b[:n]), "errno "); ok {
+		num, _, _ := strings.Cut(rest, " ")
+		e, _ := strconv.Atoi(num)
+		return nil, &os.PathError{Op: "open", Path: path, Err: syscall.Errno(e)}
+	}
+	fds, err := receivedFDs(oob[:oobn], 1)
+	if err != nil || string(b[:n]) != "ok" {
+		return nil, fmt.Errorf("the sandbox's root broker: unexpected answer %q (%v)", b[:n], err)
+	}
+	return os.NewFile(uintptr(fds[0]), path), nil
+}
+
+// IsSudo reports whether this process is the sandbox's sudo: the binary run
+// by the name sudo where a root broker listens. Call it first thing in main.
+func IsSudo() bool {
+	return filepath.Base(os.Args[0]) == "sudo" && !IsChild() && RootAvailable()
+}
+
+// Sudo runs its arguments as the sandbox's root through the broker and
+// returns the exit status to exit with. It understands the options scripts
+// pass to sudo (-u root, -E, -H, -n, -S, -k, -i, -s, --).
+func Sudo() int {
+	args := os.Args[1:]
+	shell, chdir := false, ""
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "sudo: "+format+"\n", a...)
+		return 1
+	}
+options:
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		a := args[0]
+		args = args[1:]
+		switch a {
+		case "--":
+			break options
+		case "-u", "--user":
+			if len(args) == 0 {
+				return fail("option -u needs a user")
+			}
+			if u := args[0]; u != "root" && u != "0" && u != "#0" {
+				return fail("only root is available here (asked for %q); run as the sandbox's user without sudo", u)
+			}
+			args = args[1:]
+		case "-D", "--chdir":
+			if len(args) == 0 {
+				return fail("option -D needs a directory")
+			}
+			chdir = args[0]
+			args = args[1:]
+		case "-E", "-H", "-n", "-S", "-k", "-P", "--preserve-env", "--non-interactive", "--set-home":
+		case "-i", "-s", "--login", "--shell":
+			shell = true
+		case "-v", "--validate":
+			return 0
+		default:
+			if strings.HasPrefix(a, "--preserve-env=") {
+				continue
+			}
+			return fail("option %s is not supported here (root in this sandbox: -u root, -E, -H, -n, -S, -k, -i, -s)", a)
+		}
+	}
+	if shell {
+		sh := "/bin/bash"
+		if _, err := os.Stat(sh); err != nil {
+			sh = "/bin/sh"
+		}
+		if len(args) == 0 {
+			args = []string{sh, "-l"}
+		} else {
+			args = []string{sh, "-c", strings.Join(args, " ")}
+		}
+	}
+	if len(args) == 0 {
+		return fail("usage: sudo [-u root] [-E] [-i|-s] command [args...]")
+	}
+	if os.Getenv("PATH") == "" {
+		os.Setenv("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") // sudo's secure_path
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sudo: %s: command not found\n", args[0])
+		return 1
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return fail("%v", err)
+	}
+	dir, _ := os.Getwd()
+	if chdir != "" {
+		dir = chdir // the broker changes to it, as root
+	}
+	env := []string{"HOME=" + RootHome, "USER=root", "LOGNAME=root", "SUDO_USER=" + os.Getenv("USER"),
+		"SUDO_UID=" + strconv.Itoa(os.Getuid()), "SUDO_GID=" + strconv.Itoa(os.Getgid())}
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "USER", "LOGNAME", "SUDO_USER", "SUDO_UID", "SUDO_GID":
+		default:
+			env = append(env, kv)
+		}
+	}
+	req, _ := json.Marshal(rootRequest{Path: path, Args: args, Env: env, Dir: dir})
+	if len(req) > maxRootRequest {
+		return fail("arguments and environment too long (over %d bytes)", maxRootRequest)
+	}
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	if err != nil {
+		return fail("the sandbox's root broker: %v", err)
+	}
+	defer c.Close()
+	// Signals first, so that none sent once the command runs is lost.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGCONT, syscall.SIGALRM)
+	if _, _, err := c.WriteMsgUnix(req, unix.UnixRights(0, 1, 2), nil); err != nil {
+		return fail("the sandbox's root broker: %v", err)
+	}
+	b := make([]byte, 4096)
+	n, err := c.Read(b)
+	if err != nil {
+		return fail("the sandbox's root broker: %v", err)
+	}
+	if msg, ok := strings.CutPrefix(string(b[:n]), "error "); ok {
+		return fail("%s", msg)
+	}
+	go func() {
+		for s := range sigs {
+			c.Write([]byte("signal " + strconv.Itoa(int(s.(syscall.Signal)))))
+		}
+	}()
+	n, err = c.Read(b)
+	if err != nil {
+		return fail("the sandbox's root broker went away: %v", err)
+	}
+	res := string(b[:n])
+	if s, ok := strings.CutPrefix(res, "exit "); ok {
+		code, _ := strconv.Atoi(s)
+		return code
+	}
+	if s, ok := strings.CutPrefix(res, "signal "); ok {
+		sig, _ := strconv.Atoi(s)
+		// End as the command did, by the same signal (its default action
+		// once ours is reset); the exit status is the fallback for one
+		// that doesn't end a process.
+		signal.Reset(syscall.Signal(sig))
+		syscall.Kill(os.Getpid(), syscall.Signal(sig))
+		time.Sleep(time.Second)
+		return 128 + sig
+	}
+	return fail("unexpected answer %q", res)
+}

@@ -1,0 +1,272 @@
+//go:build linux
+
+package isolate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+)
+
+// sudo runs SudoPath by the name sudo, as user code does.
+func sudo(args ...string) (string, int) {
+	cmd := &exec.Cmd{Path: SudoPath, Args: append([]string{"sudo"}, args...), Env: os.Environ()}
+	out, err := cmd.CombinedOutput()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		return err.Error(), -1
+	}
+	return strings.TrimSpace(string(out)), code
+}
+
+// runRootUserChecks runs as the sandbox's init (uid 1000, like the agent,
+// non-dumpable like it) in a sandbox with a root user.
+func runRootUserChecks() int {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		fmt.Println("FAIL dumpable:", err)
+		return 1
+	}
+	failed := 0
+	check := func(name string, err error) {
+		if err != nil {
+			failed++
+			fmt.Printf("FAIL %s: %v\n", name, err)
+		} else {
+			fmt.Printf("ok %s\n", name)
+		}
+	}
+	want := func(args []string, wantOut string, wantCode int) error {
+		out, code := sudo(args...)
+		if code != wantCode || (wantOut != "*" && out != wantOut) {
+			return fmt.Errorf("sudo %q: %q exit %d, want %q exit %d", args, out, code, wantOut, wantCode)
+		}
+		return nil
+	}
+	check("sudo runs as uid 0 of the sandbox", errors.Join(
+		want([]string{"id", "-u"}, "0", 0), want([]string{"id", "-g"}, "0", 0),
+		want([]string{"-u", "root", "sh", "-c", "echo $HOME $USER"}, "/root root", 0),
+		want([]string{"sh", "-c", "exit 7"}, "", 7)))
+	check("the user itself is not root", func() error {
+		if os.Getuid() != SandboxUID {
+			return fmt.Errorf("uid %d", os.Getuid())
+		}
+		if err := syscall.Setuid(0); err == nil {
+			return errors.New("setuid(0) worked")
+		}
+		return nil
+	}())
+	check("root writes its own files", errors.Join(
+		want([]string{"sh", "-c", "echo x > /root/f && cat /root/f && mkdir /rootdir && stat -c %u /rootdir"}, "x\n0", 0),
+		func() error {
+			if err := os.WriteFile("/root/g", nil, 0o644); err == nil {
+				return errors.New("the user writes into root's /root")
+			}
+			return nil
+		}()))
+	check("root can't write the system directories", errors.Join(
+		want([]string{"sh", "-c", "echo x > /usr/evil"}, "*", 2),
+		want([]string{"sh", "-c", "echo x > /etc/evil"}, "*", 2),
+		want([]string{"sh", "-c", "echo x >> /etc/passwd"}, "*", 2),
+		want([]string{"sh", "-c", "echo x > " + SudoPath}, "*", 2)))
+	check("root holds no capability, no_new_privs, seccomp", func() error {
+		out, code := sudo("cat", "/proc/self/status")
+		if code != 0 {
+			return fmt.Errorf("%q %d", out, code)
+		}
+		for _, f := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			if !strings.Contains(out, f+":\t0000000000000000") {
+				return fmt.Errorf("%s not empty: %s", f, out)
+			}
+		}
+		if !strings.Contains(out, "NoNewPrivs:\t1") || !strings.Contains(out, "Seccomp:\t2") {
+			return fmt.Errorf("no_new_privs or seccomp missing: %s", out)
+		}
+		return nil
+	}())
+	check("root can't reach the agent (PID 1, uid 1000, non-dumpable)", func() error {
+		victim := exec.Command("/bin/sleep", "1000")
+		if err := victim.Start(); err != nil {
+			return err
+		}
+		defer func() { victim.Process.Kill(); victim.Wait() }()
+		pid := strconv.Itoa(victim.Process.Pid)
+		var errs []error
+		for _, args := range [][]string{
+			{"kill", "-9", pid}, {"kill", "-STOP", pid}, {"kill", "-9", "1"},
+			{"cat", "/proc/1/environ"}, {"cat", "/proc/1/mem"}, {"readlink", "/proc/1/fd/1"}, {"readlink", "/proc/1/cwd"},
+			{"sh", "-c", "echo 1 > /proc/1/oom_score_adj"},
+		} {
+			if out, code := sudo(args...); code == 0 {
+				errs = append(errs, fmt.Errorf("root could %q: %q", args, out))
+			}
+		}
+		if out, code := sudo("prlimit", "--pid", "1", "--nofile=1:1"); code == 0 {
+			errs = append(errs, fmt.Errorf("root could prlimit the agent: %q", out))
+		}
+		if err := victim.Process.Signal(syscall.Signal(0)); err != nil {
+			errs = append(errs, fmt.Errorf("the user's process is gone: %v", err))
+		}
+		return errors.Join(errs...)
+	}())
+	check("a killed sudo takes its command along", func() error {
+		c := &exec.Cmd{Path: SudoPath, Args: []string{"sudo", "sleep", "1000"}}
+		if err := c.Start(); err != nil {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond)
+		c.Process.Kill()
+		c.Wait()
+		for range 50 {
+			if !rootSleeping() {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return errors.New("root's sleep outlived its sudo")
+	}())
+	check("a signal to sudo reaches the command", func() error {
+		c := &exec.Cmd{Path: SudoPath, Args: []string{"sudo", "sleep", "1000"}}
+		if err := c.Start(); err != nil {
+			return err
+		}
+		time.Sleep(300 * time.Millisecond)
+		c.Process.Signal(syscall.SIGTERM)
+		err := c.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			return fmt.Errorf("sudo ended with %v, want SIGTERM", err)
+		}
+		return nil
+	}())
+	check("root's commands get no fd of the sandbox's setup", func() error {
+		out, code := sudo("ls", "/proc/self/fd")
+		if code != 0 || strings.Join(strings.Fields(out), " ") != "0 1 2 3" {
+			return fmt.Errorf("fds %q (exit %d), want 0 1 2 and ls's own 3", out, code)
+		}
+		return nil
+	}())
+	check("sudo in /usr/local/bin, which a login shell's PATH has", func() error {
+		out, err := exec.Command("/bin/sh", "-c", "PATH=/usr/local/bin:/usr/bin:/bin; sudo id -u; touch /usr/local/bin/x").CombinedOutput()
+		if !strings.HasPrefix(string(out), "0\n") || err == nil {
+			return fmt.Errorf("%q %v (want 0, then a refused write)", out, err)
+		}
+		return nil
+	}())
+	check("RootOpen: files as root for the agent", func() error {
+		f, err := RootOpen("/root/deep/up.txt", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644, true)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString("as root")
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if out, code := sudo("stat", "-c", "%U %a", "/root/deep/up.txt"); out != "root 644" || code != 0 {
+			return fmt.Errorf("stat: %q %d", out, code)
+		}
+		if _, err := RootOpen("/root/none", os.O_RDONLY, 0, false); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("missing file: %v, want ErrNotExist", err)
+		}
+		if _, err := RootOpen("/usr/evil", os.O_WRONLY|os.O_CREATE, 0o644, false); err == nil {
+			return errors.New("root opened /usr/evil for writing")
+		}
+		return nil
+	}())
+	check("sudo refuses other users", want([]string{"-u", "nobody", "id"}, "*", 1))
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// rootSleeping: a sleep of uid 0 runs in the sandbox.
+func rootSleeping() bool {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/status")
+		if strings.Contains(string(b), "Name:\tsleep") && strings.Contains(string(b), "Uid:\t0\t") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRootUser: a sandbox with a root user (uid 0 of its own user namespace,
+// mapped to a host uid of its own) reaches it through sudo, and root there
+// has no capability, can't write the host's directories, and can't touch the
+// agent. Without HostRootUID there is no root at all.
+func TestRootUser(t *testing.T) {
+	if err := CheckSupport(); err != nil {
+		testdep.Require(t, false, err.Error())
+	}
+	if os.Geteuid() != 0 {
+		if _, err := Start(context.Background(), Spec{Args: []string{"isolate.test"}, Env: []string{"ISOLATE_TEST_MODE=exit7"}, HostRootUID: 200000, HostRootGID: 200000}); err == nil {
+			t.Fatal("an unprivileged caller got a root user")
+		}
+		testdep.Require(t, false, "a root user needs a root caller")
+	}
+	// An extra file, as the local variant passes its listener and config:
+	// Start must still see the status pipe's EOF (the broker holds no copy).
+	extraR, extraW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extraR.Close()
+	defer extraW.Close()
+	done := make(chan struct{})
+	var p *Process
+	var out io.Reader
+	go func() {
+		defer close(done)
+		p, out = startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID, ExtraFiles: []*os.File{extraR}}, "root-user")
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start did not return within 30s (a copy of the status pipe held by the broker?)")
+	}
+	if p == nil {
+		return
+	}
+	all, _ := io.ReadAll(out)
+	for line := range strings.Lines(string(all)) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "FAIL") {
+			t.Error(line)
+		} else {
+			t.Log(line)
+		}
+	}
+	if !strings.Contains(string(all), "ok sudo refuses other users") {
+		t.Errorf("the checks did not all run: %q", all)
+	}
+	if info, err := p.Wait(); err != nil || info.ExitCode != 0 {
+		t.Errorf("Wait: %v %v", info, err)
+	}
+	// No root user unless asked for: no broker, no sudo, no /root.
+	p2, out2 := startSandbox(t, Spec{}, "checks")
+	io.Copy(io.Discard, out2)
+	p2.Wait()
+	if _, err := Start(context.Background(), Spec{Args: []string{"isolate.test"}, HostRootUID: 5, HostRootGID: 0}); err == nil {
+		t.Error("HostRootUID without HostRootGID accepted")
+	}
+}
