@@ -63,6 +63,11 @@ type Policy struct {
 	Denied []string `json:"denied,omitempty"`
 }
 
+// PolicyOf is the Policy of a sandbox's network settings.
+func PolicyOf(mode string, allowed, denied []string, allowPrivate bool) Policy {
+	return Policy{Mode: mode, Allowed: allowed, Denied: denied, AllowPrivate: allowPrivate}
+}
+
 // compiled is a Policy ready for lookups.
 type compiled struct {
 	mode         string
