@@ -257,6 +257,16 @@ var (
 	)
 )
 
+// PrivateOverlap says which private range p overlaps, if any.
+func PrivateOverlap(p netip.Prefix) (netip.Prefix, bool) {
+	for _, r := range privateRanges {
+		if r.Overlaps(p) {
+			return r, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
 func mustPrefixes(ss ...string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range ss {
