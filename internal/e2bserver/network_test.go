@@ -4,12 +4,14 @@ package e2bserver
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
@@ -269,4 +271,80 @@ func TestNetworkAllowPrivate(t *testing.T) {
 	b := createSB(t, open, testKey, fmt.Sprintf(`{"templateID":"base","timeout":120,"network":{"denyOut":["0.0.0.0/0"],"allowOut":[%q]}}`, priv))
 	expectProbe(t, "--allow-private", netProbe(t, open, b, fmt.Sprintf(`_fmt("priv", http(%q))
 _fmt("server", http(%q))`, priv, testnet.ServerIPv4)), map[string]string{"priv": "ok:private " + priv, "server": "err:*"})
+}
+
+// TestOfficialJSSDKNetwork: the official SDK's network options against
+// serve (e2e/e2bjs/network.test.mjs): allowOut/denyOut, getInfo,
+// updateNetwork, and E2B's errors for what is refused.
+func TestOfficialJSSDKNetwork(t *testing.T) {
+	testInternet(t)
+	node, npm := needNode(t)
+	npmCI(t, npm)
+	_, url := testServer(t, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep := runNodeScript(ctx, t, node, "network.test.mjs", url,
+		"TESTNET_IP="+testnet.ServerIPv4, "TESTNET_NAME="+testnet.NameWWW, "TESTNET_OTHER="+testnet.NameOther)
+	step := func(name string, v any) {
+		t.Helper()
+		raw, ok := rep.Steps[name]
+		if !ok {
+			t.Fatalf("step %s missing", name)
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatalf("step %s: %v: %s", name, err, raw)
+		}
+	}
+	type gets struct{ ByName, ByIP, HostGame, Thrown, Message string }
+	ok := func(host string) string { return "internet " + host }
+	for _, c := range []struct {
+		step string
+		want gets
+	}{
+		{"allowName", gets{ByName: ok(testnet.NameWWW), ByIP: "err:*", HostGame: "err:*"}},
+		{"updateToIP", gets{ByIP: ok(testnet.ServerIPv4), HostGame: ok(testnet.NameOther)}},
+		// The name's IPv6 address is not denied: it still connects.
+		{"updateDenyIP", gets{ByIP: "err:*", ByName: ok(testnet.NameWWW)}},
+		{"updateCleared", gets{ByIP: ok(testnet.ServerIPv4), HostGame: ok(testnet.NameOther)}},
+		{"updateNoInternet", gets{ByIP: "err:*"}},
+	} {
+		var g gets
+		step(c.step, &g)
+		if g.Thrown != "" {
+			t.Errorf("%s threw %s: %s", c.step, g.Thrown, g.Message)
+			continue
+		}
+		for _, f := range []struct{ name, got, want string }{
+			{"byName", g.ByName, c.want.ByName}, {"byIP", g.ByIP, c.want.ByIP}, {"hostGame", g.HostGame, c.want.HostGame},
+		} {
+			switch {
+			case f.want == "":
+			case strings.HasSuffix(f.want, "*") && strings.HasPrefix(f.got, strings.TrimSuffix(f.want, "*")):
+			case f.got != f.want:
+				t.Errorf("%s: %s = %q, want %q", c.step, f.name, f.got, f.want)
+			}
+		}
+	}
+	var info struct {
+		AllowInternetAccess *bool
+		Network             *struct{ AllowOut, DenyOut []string }
+	}
+	step("info", &info)
+	if info.AllowInternetAccess == nil || *info.AllowInternetAccess || info.Network == nil ||
+		strings.Join(info.Network.AllowOut, ",") != testnet.NameWWW || strings.Join(info.Network.DenyOut, ",") != "0.0.0.0/0" {
+		t.Errorf("getInfo: %+v %+v", info.AllowInternetAccess, info.Network)
+	}
+	// E2B's 400 reaches the SDK's caller as its SandboxError with the
+	// server's reason.
+	for name, want := range map[string][2]string{
+		"updateMissing": {"SandboxNotFoundError", "not found"},
+		"denyDomain":    {"SandboxError", "400: domains are not supported in denyOut"},
+		"rules":         {"SandboxError", "400: network.rules"},
+	} {
+		var g gets
+		step(name, &g)
+		if g.Thrown != want[0] || !strings.Contains(g.Message, want[1]) {
+			t.Errorf("%s: threw %q (%s), want %s mentioning %q", name, g.Thrown, g.Message, want[0], want[1])
+		}
+	}
 }
