@@ -283,8 +283,14 @@ func (c *cluster) launch(ctx context.Context, p *plan, m meta) (inst *instance, 
 	// The deadline counts from the pod's start, which is a little after
 	// its creation: counting from creation errs on the safe side.
 	inst.started = pod.CreationTimestamp.Time
-	if _, err := c.waitReady(ctx, pod.Name, inst.probe); err != nil {
+	ready, err := c.waitReady(ctx, pod.Name, inst.probe)
+	if err != nil {
 		return inst, err
+	}
+	if p.network != "all" {
+		if err := inst.waitEnforced(ctx, ready.Status.HostIP, p.egress); err != nil {
+			return inst, err
+		}
 	}
 	return inst, nil
 }
