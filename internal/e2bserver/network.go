@@ -209,6 +209,8 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "sandbox %s was created without internet access (allowInternetAccess false): it has no network interface, so there is nothing to open; to change a sandbox's network later, create it with network.denyOut [%q] (and allowOut) instead", e.id, allTraffic)
 		return
 	}
+	e.netMu.Lock()
+	defer e.netMu.Unlock()
 	if err := e.sb.UpdateNetwork(r.Context(), n); err != nil {
 		status := http.StatusInternalServerError
 		if isClientError(err) {

@@ -180,6 +180,7 @@ type entry struct {
 	token, traffic     string
 	private            bool // allowPublicTraffic false
 	net                atomic.Pointer[netState]
+	netMu              sync.Mutex // one network update at a time (each waits for its own to apply)
 	memory             int64
 	cpus               float64
 	tunnel             *http.Transport
