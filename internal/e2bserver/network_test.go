@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
@@ -167,7 +168,22 @@ func manyEntries(n int) string {
 // sandbox (in force when it answers), and the attacks on it.
 func TestNetworkAllowDenyUpdate(t *testing.T) {
 	testInternet(t)
-	_, base := testServer(t, Options{Keys: []Key{{Key: keyA, Team: "team-a"}, {Key: keyB, Team: "team-b"}}})
+	checkAllowDenyUpdate(t, Options{})
+}
+
+// TestNetworkAllowDenyUpdateDocker: the same on serve --variant docker.
+func TestNetworkAllowDenyUpdateDocker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates containers and network namespaces")
+	}
+	needDocker(t)
+	testInternet(t)
+	checkAllowDenyUpdate(t, Options{Config: sandboxes.Config{Variant: "docker", EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}})
+}
+
+func checkAllowDenyUpdate(t *testing.T, o Options) {
+	o.Keys = []Key{{Key: keyA, Team: "team-a"}, {Key: keyB, Team: "team-b"}}
+	_, base := testServer(t, o)
 	www, other := testnet.NameWWW, testnet.NameOther
 	ip4, ip6 := testnet.ServerIPv4, testnet.ServerIPv6
 	sb := createSB(t, base, keyA, fmt.Sprintf(`{"templateID":"base","timeout":300,"network":{"denyOut":[%q],"allowOut":[%q],"maskRequestHost":"${PORT}-masked.example"}}`, ip4, www))
