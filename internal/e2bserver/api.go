@@ -150,6 +150,7 @@ type newSandbox struct {
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	AutoPause           *bool             `json:"autoPause"`
 	Network             *networkOpts      `json:"network"`
+	IAM                 json.RawMessage   `json:"iam"`
 	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
 	MCP                 json.RawMessage   `json:"mcp"`
 }
@@ -257,6 +258,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	case req.Network != nil && refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts) != "":
 		writeError(w, http.StatusBadRequest, "%s", refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts))
+		return
+	case present(req.IAM):
+		writeError(w, http.StatusBadRequest, "iam (workload identity tokens for network rules) is not supported by this server, nor are network rules; drop iam")
 		return
 	case req.Network != nil && req.Network.MaskRequestHost != nil && checkMask(*req.Network.MaskRequestHost) != nil:
 		writeError(w, http.StatusBadRequest, "%v", checkMask(*req.Network.MaskRequestHost))

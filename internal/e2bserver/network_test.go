@@ -144,6 +144,7 @@ func TestNetworkOptionsRefused(t *testing.T) {
 		{`{"templateID":"base","network":{"allowOut":["api.example.com"],"denyOut":["0.0.0.0/0"],"rules":{"api.example.com":[{"transform":{"headers":{"Authorization":"Bearer s3cret"}}}]}}}`, "rules"},
 		{`{"templateID":"base","network":{"maskRequestHost":"evil\r\nX-Injected: 1"}}`, "maskRequestHost"},
 		{`{"templateID":"base","network":{"maskRequestHost":"a b"}}`, "maskRequestHost"},
+		{`{"templateID":"base","iam":{"tokens":{"aws":{"audience":"sts.amazonaws.com","tokenType":"JWT-SVID"}}}}`, "iam"},
 		{`{"templateID":"base","network":{"denyOut":` + manyEntries(maxNetworkEntries+1) + `}}`, "at most"},
 	} {
 		wantError(t, "POST", base+"/sandboxes", testKey, c.body, 400, c.want)
