@@ -328,21 +328,21 @@ func TestLocalNetworkUpdate(t *testing.T) {
 func checkNetworkUpdate(t *testing.T, sb, none *sandboxes.Sandbox) {
 	try := fmt.Sprintf(`_fmt("byip", http(%q))`, testnet.ServerIPv4)
 	expect(t, probe(t, sb, try), map[string]string{"byip": "ok:internet " + testnet.ServerIPv4})
-	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAllowlist, []string{testnet.NameWWW}, false); err != nil {
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.Network{Policy: sandboxes.NetworkAllowlist, AllowedHosts: []string{testnet.NameWWW}}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, probe(t, sb, try), map[string]string{"byip": "err:ConnectionRefusedError"})
-	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAll, nil, false); err != nil {
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.Network{Policy: sandboxes.NetworkAll}); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, probe(t, sb, try), map[string]string{"byip": "ok:internet " + testnet.ServerIPv4})
-	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkNone, nil, false); !errors.Is(err, sandboxes.ErrNotSupported) {
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.Network{Policy: sandboxes.NetworkNone}); !errors.Is(err, sandboxes.ErrNotSupported) {
 		t.Errorf("all → none = %v, want ErrNotSupported", err)
 	}
-	if err := sb.UpdateNetwork(ctxT(t), sandboxes.NetworkAllowlist, []string{"127.0.0.1"}, false); !errors.Is(err, sandboxes.ErrInvalidConfig) {
+	if err := sb.UpdateNetwork(ctxT(t), sandboxes.Network{Policy: sandboxes.NetworkAllowlist, AllowedHosts: []string{"127.0.0.1"}}); !errors.Is(err, sandboxes.ErrInvalidConfig) {
 		t.Errorf("allowlist of loopback = %v, want ErrInvalidConfig", err)
 	}
-	if err := none.UpdateNetwork(ctxT(t), sandboxes.NetworkAll, nil, false); !errors.Is(err, sandboxes.ErrNotSupported) {
+	if err := none.UpdateNetwork(ctxT(t), sandboxes.Network{Policy: sandboxes.NetworkAll}); !errors.Is(err, sandboxes.ErrNotSupported) {
 		t.Errorf("none → all = %v, want ErrNotSupported", err)
 	}
 }

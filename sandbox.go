@@ -365,22 +365,17 @@ func (s *Sandbox) SetTimeout(ctx context.Context, d time.Duration) error {
 }
 
 // UpdateNetwork changes the network policy of a running sandbox, for
-// connections opened from then on: policy all or allowlist (with
-// allowedHosts, as Config.AllowedHosts), allowPrivate as Config.AllowPrivate.
+// connections opened from then on: n's fields as Config's NetworkPolicy,
+// AllowedHosts, DeniedHosts and AllowPrivate, replacing all of them.
 // On the local variant a sandbox created with network none stays without
 // network, and one created with a network can't be switched to none (its
 // network namespace is fixed at creation): both are refused with
 // ErrNotSupported, as is every variant that can't change a running
 // sandbox's network.
-func (s *Sandbox) UpdateNetwork(ctx context.Context, policy string, allowedHosts []string, allowPrivate bool) error {
-	policy = strings.ToLower(strings.TrimSpace(policy))
-	switch {
-	case policy != NetworkNone && policy != NetworkAll && policy != NetworkAllowlist:
-		return fmt.Errorf("%w: unknown network policy %q; use none, all or allowlist", ErrInvalidConfig, policy)
-	case policy == NetworkAllowlist && len(allowedHosts) == 0:
-		return fmt.Errorf("%w: network policy allowlist needs allowed hosts", ErrInvalidConfig)
-	case policy != NetworkAllowlist && len(allowedHosts) > 0:
-		return fmt.Errorf("%w: allowed hosts are only meaningful with network policy allowlist", ErrInvalidConfig)
+func (s *Sandbox) UpdateNetwork(ctx context.Context, n Network) error {
+	n.Policy = strings.ToLower(strings.TrimSpace(n.Policy))
+	if err := checkNetworkFields(n, false); err != nil {
+		return err
 	}
 	if _, err := s.conn(); err != nil {
 		return err
@@ -389,7 +384,7 @@ func (s *Sandbox) UpdateNetwork(ctx context.Context, policy string, allowedHosts
 	if !ok {
 		return fmt.Errorf("update network: %w (%s)", ErrNotSupported, s.variant.Name())
 	}
-	return u.UpdateNetwork(ctx, policy, allowedHosts, allowPrivate)
+	return u.UpdateNetwork(ctx, driver.NetworkPolicy{Network: n.Policy, AllowedHosts: n.AllowedHosts, DeniedHosts: n.DeniedHosts, AllowPrivate: n.AllowPrivate})
 }
 
 // Host returns a "host:port" address on this machine that reaches port

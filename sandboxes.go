@@ -119,6 +119,12 @@ type Config struct {
 	// AllowedHosts. A variant that can't enforce a policy refuses it.
 	NetworkPolicy string
 	AllowedHosts  []string
+	// DeniedHosts (NetworkPolicy all; IPs and CIDRs, no names) are refused
+	// unless AllowedHosts lists them: with DeniedHosts, AllowedHosts are the
+	// exceptions, as E2B's denyOut and allowOut (allowed wins). Denying
+	// "0.0.0.0/0" or "::/0" denies all traffic: only AllowedHosts (if any)
+	// stay reachable. Local and docker honour it; the others refuse it.
+	DeniedHosts []string
 	// AllowPrivate lets network all and allowlist reach the private ranges
 	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), refused by
 	// default. The host's own addresses, loopback and link-local (cloud
@@ -202,7 +208,7 @@ func (c Config) spec() (driver.Spec, error) {
 		Variant: NormalizeVariant(c.Variant), Name: c.Name, Tags: c.Tags, Environment: c.Environment,
 		Lifetime: c.MaxLifetime, MemoryBytes: c.Memory, CPUs: c.CPU, Pids: c.Pids, Env: c.Env,
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
-		AllowedHosts: c.AllowedHosts, AllowPrivate: c.AllowPrivate, Packages: c.Packages, PackageIndex: c.PackageIndex,
+		AllowedHosts: c.AllowedHosts, DeniedHosts: c.DeniedHosts, AllowPrivate: c.AllowPrivate, Packages: c.Packages, PackageIndex: c.PackageIndex,
 		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput, Options: c.Options,
 	}
 	if s.Variant == "" {
@@ -245,22 +251,11 @@ func (c Config) spec() (driver.Spec, error) {
 	case c.Pids > 0 && c.Pids < 8:
 		return bad("Pids of %d is too few to run the agent and a kernel; give at least 8", c.Pids)
 	}
-	switch s.Network {
-	case "", "inherit":
+	if s.Network == "inherit" {
 		s.Network = ""
-	case NetworkNone, NetworkAll:
-	case NetworkAllowlist:
-		if len(c.AllowedHosts) == 0 {
-			return bad("NetworkPolicy allowlist needs AllowedHosts")
-		}
-	default:
-		return bad("unknown NetworkPolicy %q; use none, all or allowlist", c.NetworkPolicy)
 	}
-	if len(c.AllowedHosts) > 0 && s.Network != NetworkAllowlist {
-		return bad("AllowedHosts is only meaningful with NetworkPolicy allowlist")
-	}
-	if c.AllowPrivate && s.Network != NetworkAll && s.Network != NetworkAllowlist {
-		return bad("AllowPrivate is only meaningful with NetworkPolicy all or allowlist")
+	if err := checkNetworkFields(Network{Policy: s.Network, AllowedHosts: c.AllowedHosts, DeniedHosts: c.DeniedHosts, AllowPrivate: c.AllowPrivate}, true); err != nil {
+		return driver.Spec{}, err
 	}
 	for k := range c.Tags {
 		if !tagKey.MatchString(k) {
@@ -455,4 +450,46 @@ func ListEnvironments(ctx context.Context, cfg Config) ([]Environment, error) {
 		return nil, err
 	}
 	return v.Environments(ctx, spec)
+}
+
+// Network is a sandbox's network policy, as Sandbox.UpdateNetwork changes
+// it: the fields of Config with the same names (Policy is NetworkPolicy).
+type Network struct {
+	Policy       string
+	AllowedHosts []string
+	DeniedHosts  []string
+	AllowPrivate bool
+}
+
+// checkNetworkFields checks that a policy's fields go together (each
+// variant then checks the entries themselves); at Create, Policy "" is the
+// variant's default.
+func checkNetworkFields(n Network, atCreate bool) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, a...)...)
+	}
+	switch n.Policy {
+	case "":
+		if !atCreate {
+			return bad("give a network policy: none, all or allowlist")
+		}
+	case NetworkNone, NetworkAll:
+	case NetworkAllowlist:
+		if len(n.AllowedHosts) == 0 {
+			return bad("NetworkPolicy allowlist needs AllowedHosts")
+		}
+	default:
+		return bad("unknown NetworkPolicy %q; use none, all or allowlist", n.Policy)
+	}
+	switch {
+	case len(n.DeniedHosts) > 0 && n.Policy != NetworkAll:
+		return bad("DeniedHosts is only meaningful with NetworkPolicy all")
+	case len(n.AllowedHosts) > 0 && n.Policy == NetworkAll && len(n.DeniedHosts) == 0:
+		return bad("AllowedHosts with NetworkPolicy all are exceptions to DeniedHosts; give DeniedHosts too, or use NetworkPolicy allowlist")
+	case len(n.AllowedHosts) > 0 && n.Policy != NetworkAllowlist && n.Policy != NetworkAll:
+		return bad("AllowedHosts is only meaningful with NetworkPolicy allowlist (or all, with DeniedHosts)")
+	case n.AllowPrivate && n.Policy != NetworkAll && n.Policy != NetworkAllowlist:
+		return bad("AllowPrivate is only meaningful with NetworkPolicy all or allowlist")
+	}
+	return nil
 }

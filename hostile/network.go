@@ -193,11 +193,24 @@ udp("dns-outside-udp", %[2]q, 53, b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00
 go("dns-outside-tcp", %[2]q, 53, send=b"\x00\x17\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x05other\x00\x00\x01\x00\x01")
 go("metadata", "169.254.169.254", 80)
 go("private", %[7]q, 80)
+# Keep-alive fronting: an allowed request, then one for another site on the
+# same connection (the shared address of a CDN).
+try:
+    s = socket.create_connection((%[2]q, 80), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: %[1]s\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.1\r\nHost: %[3]s\r\nConnection: close\r\n\r\n")
+    got = b""
+    while True:
+        d = s.recv(4096)
+        if not d: break
+        got += d
+    print("keepalive-fronting", "REACHED" if b"%[3]s" in got else "blocked second request refused")
+except Exception as e:
+    print("keepalive-fronting", "blocked", type(e).__name__)
 `, testnet.NameWWW, testnet.ServerIPv4, testnet.NameOther, testnet.NameMeta, testnet.NameRebind, testnet.ServerIPv6, testnet.PrivateIPv4)
 	output := out(py(t, sb, code))
 	t.Logf("attempts:\n%s", output)
 	n := countNet(t, "allowlist", output, "allowed-name", "allowed", "allowed-tls")
-	record(t, "network allowlist: the listed name reached over HTTP and TLS; %d/%d bypasses refused (by IP, Host/SNI mismatch, no SNI, raw TCP, unlisted and metadata names, rebinding, IPv6, UDP, DNS to an outside resolver over UDP and TCP, metadata, private)", n, strings.Count(output, "\n")-2)
+	record(t, "network allowlist: the listed name reached over HTTP and TLS; %d/%d bypasses refused (by IP, Host/SNI mismatch, no SNI, raw TCP, unlisted and metadata names, rebinding, IPv6, UDP, DNS to an outside resolver over UDP and TCP, metadata, private, keep-alive fronting)", n, strings.Count(output, "\n")-2)
 }
 
 func hostAddrs(t *testing.T) []string {

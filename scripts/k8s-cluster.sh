@@ -3,7 +3,8 @@
 #
 #   scripts/k8s-cluster.sh build           build kube-* + kubectl (tools/k8s) and the pause image, cached
 #   scripts/k8s-cluster.sh up              start containerd, etcd, apiserver, controller-manager,
-#                                          scheduler and kubelet; wait for the node to be Ready
+#                                          scheduler, kubelet and kube-router's network policy
+#                                          controller; wait for the node to be Ready
 #   scripts/k8s-cluster.sh down            stop everything, remove netns, mounts, iptables chains, cgroups
 #   scripts/k8s-cluster.sh status          what runs; exit 0 only when the node is Ready
 #   scripts/k8s-cluster.sh import IMG.tar  import a docker-save or OCI tarball ("-" = stdin) for pods
@@ -25,6 +26,13 @@
 # already there; down is idempotent and safe after a failed or half-done up.
 # Only for tests: authorization is AlwaysAllow, no kube-proxy or cluster DNS
 # (pods are reached through the API server: exec, port-forward).
+#
+# NetworkPolicy is enforced by kube-router's network policy controller alone
+# (--run-firewall; iptables + ipset on the host, for the bridge CNI's pods),
+# built from the Go module proxy as Kubernetes is (tools/kube-router). It runs
+# as a host daemon, not a kube-system pod, so the kubernetes variant can't
+# detect it: env exports CODE_SANDBOXES_K8S_NETWORKPOLICY=enforced for the
+# tests, which then set kubernetes.Options.NetworkPolicyEnforced.
 #
 # Environment:
 #   CODE_SANDBOXES_K8S_RUN_DIR   all cluster state (default /run/code-sandboxes-k8s)
@@ -54,10 +62,11 @@ API_PORT=6443
 ETCD_PORT=12379 # not 2379/2380, so a system etcd (Debian's etcd-server service) cannot collide
 ETCD_PEER_PORT=12380
 PORTS=("$API_PORT" "$ETCD_PORT" "$ETCD_PEER_PORT" 10250 10248 10257 10259)
-DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet)
+DAEMONS=(containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-router)
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 PAUSE_IMAGE=registry.k8s.io/pause:local
-APT_PKGS=(containerd runc etcd-server containernetworking-plugins conntrack socat iptables openssl curl)
+APT_PKGS=(containerd runc etcd-server containernetworking-plugins conntrack socat iptables ipset openssl curl)
+KR_TOOLS=$ROOT/tools/kube-router
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH
 
@@ -109,6 +118,7 @@ lock() {
 # ---------------------------------------------------------------- build
 
 key() { echo "$K8S_VERSION-$(sha256sum "$TOOLS/go.sum" | cut -c1-12)"; }
+kr_bin() { echo "$CACHE/kube-router-$(sha256sum "$KR_TOOLS/go.sum" | cut -c1-12)"; }
 BIN=$CACHE/$(key)/bin
 pause_tar() {
   local h
@@ -154,7 +164,7 @@ cmd_build() {
   local t0 tmp ldflags pt
   mkdir -p "$CACHE"
   pt=$(pause_tar)
-  have_bins && [ -s "$pt" ] && return 0
+  have_bins && [ -s "$pt" ] && [ -x "$(kr_bin)" ] && return 0
   # Its own lock, not the cluster's: a build need not wait for a test run.
   exec 8>>"$CACHE/build.lock"
   flock -w 3600 8 || die "timed out waiting for $CACHE/build.lock"
@@ -190,6 +200,16 @@ cmd_build() {
     mv "$tmp/pause.tar" "$pt"
     rm -rf "$tmp"
     log "pause image: $pt"
+  fi
+  if [ ! -x "$(kr_bin)" ]; then
+    t0=$(now_ms)
+    (cd "$KR_TOOLS" && GOWORK=off GOFLAGS="${GOFLAGS:-} -mod=readonly" CGO_ENABLED=0 \
+      go build -trimpath -ldflags '-s -w' -o "$(kr_bin).tmp.$$" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router) || {
+      rm -f "$(kr_bin).tmp.$$"
+      die "go build of kube-router (tools/kube-router) failed"
+    }
+    mv "$(kr_bin).tmp.$$" "$(kr_bin)"
+    log "kube-router built in $(($(now_ms) - t0)) ms: $(kr_bin)"
   fi
   exec 8>&-
 }
@@ -563,6 +583,12 @@ cmd_up() {
   wait_until "kube-controller-manager healthy" 60 kube-controller-manager curl -skf https://127.0.0.1:10257/healthz
   wait_until "kube-scheduler healthy" 60 kube-scheduler curl -skf https://127.0.0.1:10259/healthz
   wait_until "node $NODE_NAME Ready" 90 kubelet node_ready
+  # NetworkPolicy: kube-router's policy controller only (no routing, no
+  # service proxy), on the node's iptables.
+  start kube-router "$(kr_bin)" --kubeconfig="$KUBECONFIG_PATH" --hostname-override="$NODE_NAME" \
+    --run-firewall=true --run-router=false --run-service-proxy=false \
+    --enable-ipv4=true --enable-ipv6=false --health-port=20244 --metrics-port=0 --v=1
+  wait_until "kube-router's policy controller healthy" 60 kube-router curl -sf http://127.0.0.1:20244/healthz
   # Pods cannot be created before the controller-manager made the namespace's
   # "default" ServiceAccount (and kube-root-ca.crt for the token volume).
   wait_until "default ServiceAccount and kube-root-ca.crt" 60 kube-controller-manager \
@@ -575,6 +601,7 @@ cmd_up() {
 cmd_env() {
   echo "export KUBECONFIG=$KUBECONFIG_PATH"
   echo "export CODE_SANDBOXES_K8S_IMPORT='$SELF import'"
+  echo "export CODE_SANDBOXES_K8S_NETWORKPOLICY=enforced"
 }
 
 # ---------------------------------------------------------------- import
@@ -655,6 +682,7 @@ do_down() {
     phase pods
   fi
   # 3. Stop order matters: the apiserver hangs on SIGTERM once etcd is gone.
+  stop kube-router
   stop kubelet
   stop kube-apiserver
   stop etcd
@@ -696,6 +724,12 @@ do_down() {
   # 7. Host state outside the run dir.
   iptables_cleanup iptables
   iptables_cleanup ip6tables
+  # kube-router's ipsets (the rules that used them are gone now).
+  if command -v ipset >/dev/null; then
+    for i in $(ipset list -n 2>/dev/null | grep -E '^(KUBE-|kube-router)'); do
+      ipset destroy "$i" 2>/dev/null || log "WARNING: could not destroy ipset $i"
+    done
+  fi
   if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE" 2>/dev/null || true; fi
   for d in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods*; do
     if [ -d "$d" ]; then find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi

@@ -34,12 +34,12 @@ without_cluster() {
   say "$1; running without Kubernetes (its tests skip)"
   shift
   exec 9>&-
-  exec env -u KUBECONFIG -u CODE_SANDBOXES_K8S_IMPORT "$@"
+  exec env -u KUBECONFIG -u CODE_SANDBOXES_K8S_IMPORT -u CODE_SANDBOXES_K8S_NETWORKPOLICY "$@"
 }
 
 if [ "${CODE_SANDBOXES_K8S:-}" = off ]; then
   say "CODE_SANDBOXES_K8S=off"
-  exec env -u KUBECONFIG -u CODE_SANDBOXES_K8S_IMPORT "$@"
+  exec env -u KUBECONFIG -u CODE_SANDBOXES_K8S_IMPORT -u CODE_SANDBOXES_K8S_NETWORKPOLICY "$@"
 fi
 [ "$(id -u)" -eq 0 ] || without_cluster "not root" "$@"
 command -v go >/dev/null || without_cluster "go is not installed" "$@"
@@ -70,7 +70,7 @@ if ! "$CLUSTER" up 9>&- >/dev/null; then
   without_cluster "the Kubernetes cluster did not come up (see the errors above)" "$@"
 fi
 eval "$("$CLUSTER" env)"
-export KUBECONFIG CODE_SANDBOXES_K8S_IMPORT
+export KUBECONFIG CODE_SANDBOXES_K8S_IMPORT CODE_SANDBOXES_K8S_NETWORKPOLICY
 say "cluster up; KUBECONFIG=$KUBECONFIG"
 
 # CMD runs in the background so that a SIGTERM or SIGINT sent to this script

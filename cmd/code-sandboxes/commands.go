@@ -36,6 +36,7 @@ type common struct {
 	cpu         float64
 	network     string
 	allow       []string
+	deny        []string
 	allowPriv   bool
 	env         []string
 	runtimeDir  string
@@ -44,7 +45,7 @@ type common struct {
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "allow-private", "env"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -104,6 +105,7 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.Float64Var(&c.cpu, "cpu", 0, "CPU limit in cores")
 	f.StringVar(&c.network, "network", "", "network policy: none (the default), all (the internet, never the host) or allowlist (only --allow hosts)")
 	f.StringArrayVar(&c.allow, "allow", nil, "with --network allowlist: a host name, *.domain, IP or CIDR the sandbox may reach (repeatable)")
+	f.StringArrayVar(&c.deny, "deny", nil, "with --network all: an IP or CIDR the sandbox may not reach (repeatable; 0.0.0.0/0 denies everything); --allow then lists the exceptions (allowed wins, as E2B's allowOut over denyOut)")
 	f.BoolVar(&c.allowPriv, "allow-private", false, "with --network all or allowlist: also reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
 }
@@ -145,7 +147,7 @@ func parseSize(s string) (int64, error) {
 
 func (c *common) config() (sandboxes.Config, error) {
 	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
-		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, AllowPrivate: c.allowPriv, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
+		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
 	var err error
 	if cfg.Tags, err = parseKV(c.tags, "tag"); err != nil {
 		return cfg, err

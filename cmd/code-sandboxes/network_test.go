@@ -43,6 +43,15 @@ print(get("http://%s/"), "|", get("http://%s/"))`
 	if rc != 0 || strings.TrimSpace(out) != "internet "+testnet.NameWWW+" | internet "+testnet.ServerIPv4 {
 		t.Errorf("all: %d %q %q", rc, out, errs)
 	}
+	// --deny the address, --allow the name: the name is the exception
+	// (by address, the Host is not the name: reset).
+	out, errs, rc = cli(t, "", "exec", "--network", "all", "--deny", testnet.ServerIPv4, "--allow", testnet.NameWWW, code)
+	if rc != 0 || strings.TrimSpace(out) != "internet "+testnet.NameWWW+" | ConnectionResetError" {
+		t.Errorf("all --deny --allow: %d %q %q", rc, out, errs)
+	}
+	if _, errs, rc := cli(t, "", "exec", "--deny", "example.com", "--network", "all", "1"); rc != 1 || !strings.Contains(errs, "only IPs and CIDRs") {
+		t.Errorf("--deny a name: %d %q", rc, errs)
+	}
 	if _, errs, rc := cli(t, "", "exec", "--allow", testnet.NameWWW, "1"); rc != 1 || !strings.Contains(errs, "allowlist") {
 		t.Errorf("--allow without allowlist: %d %q", rc, errs)
 	}

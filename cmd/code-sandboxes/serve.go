@@ -30,7 +30,7 @@ func serveCmd() *cobra.Command {
 		cpu, totalCPU                                                 float64
 		maxSandboxes, createsPerMinute                                int
 		maxTimeout                                                    time.Duration
-		keep, verbose, requireTraffic, templateBuilds                 bool
+		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
 		toolServers                                                   []string
 	)
 	cmd := &cobra.Command{
@@ -137,6 +137,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:      network,
 				RequireTrafficToken: requireTraffic,
+				AllowPrivate:        allowPrivate,
 				TemplateBuilds:      templateBuilds,
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
@@ -193,6 +194,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.Float64Var(&totalCPU, "max-total-cpu", 0, "CPU cores a team's sandboxes may have in all (0 = no limit)")
 	f.IntVar(&createsPerMinute, "max-creates-per-minute", 0, "sandboxes a team may create per minute (0 = no limit)")
 	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine as root with reduced capabilities in a chroot, with its network (SECURITY.md)")
+	f.BoolVar(&allowPrivate, "allow-private", false, "let sandboxes with network reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and let allowOut list them; never the host itself, loopback or cloud metadata")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")

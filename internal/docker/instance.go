@@ -97,12 +97,12 @@ func (i *instance) Info(ctx context.Context) (driver.Info, error) {
 
 // UpdateNetwork implements driver.NetworkUpdater (network.go). Info keeps
 // reporting the network the sandbox was created with (a label).
-func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []string, allowPrivate bool) error {
+func (i *instance) UpdateNetwork(ctx context.Context, np driver.NetworkPolicy) error {
 	info, err := i.Info(ctx)
 	if err != nil {
 		return err
 	}
-	return updateNetwork(ctx, i.dir, i.id, info.Network, network, allowed, allowPrivate)
+	return updateNetwork(ctx, i.dir, i.id, info.Network, np)
 }
 
 // SetTimeout implements driver.Instance: the agent restarts its countdown,

@@ -61,7 +61,7 @@ type netSpec struct {
 // checkNetworked refuses network all/allowlist where the supervisor can't
 // work, and validates the policy.
 func checkNetworked(spec driver.Spec) error {
-	if _, err := egress.Compile(egress.Policy{Mode: spec.Network, Allowed: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate}); err != nil {
+	if _, err := egress.Compile(egress.PolicyOf(spec.Network, spec.AllowedHosts, spec.DeniedHosts, spec.AllowPrivate)); err != nil {
 		return fmt.Errorf("%w: %w", sberr.ErrInvalidConfig, err)
 	}
 	if os.Geteuid() != 0 {
@@ -84,7 +84,7 @@ func startNetwork(ctx context.Context, dir string, pid int, spec driver.Spec) er
 		return fmt.Errorf("%w: the engine gave no process id for the container; network %s needs the engine on this machine", sberr.ErrNotSupported, spec.Network)
 	}
 	b, _ := json.Marshal(netSpec{Pid: pid, Dir: dir,
-		Policy: egress.Policy{Mode: spec.Network, Allowed: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate}})
+		Policy: egress.PolicyOf(spec.Network, spec.AllowedHosts, spec.DeniedHosts, spec.AllowPrivate)})
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -231,14 +231,14 @@ func runNetwork() int {
 
 // updateNetwork is UpdateNetwork for a docker sandbox (see the local
 // variant's): the new policy in the directory, SIGUSR1 to the supervisor.
-func updateNetwork(ctx context.Context, dir, id, created, network string, allowed []string, allowPrivate bool) error {
-	if (created == "none") != (network == "none") {
+func updateNetwork(ctx context.Context, dir, id, created string, np driver.NetworkPolicy) error {
+	if (created == "none") != (np.Network == "none") {
 		return fmt.Errorf("%w: sandbox %s was created with network %s; a running sandbox can switch between all and allowlist only (create a new one)", sberr.ErrNotSupported, id, created)
 	}
-	if network == "none" {
+	if np.Network == "none" {
 		return nil
 	}
-	p := egress.Policy{Mode: network, Allowed: allowed, AllowPrivate: allowPrivate}
+	p := egress.PolicyOf(np.Network, np.AllowedHosts, np.DeniedHosts, np.AllowPrivate)
 	if _, err := egress.Compile(p); err != nil {
 		return fmt.Errorf("%w: %w", sberr.ErrInvalidConfig, err)
 	}

@@ -65,6 +65,9 @@ type Spec struct {
 	Network      string // none | all | allowlist
 	AllowedHosts []string
 	AllowPrivate bool // network all/allowlist may reach the private ranges
+	// DeniedHosts (network all): IPs and CIDRs refused unless AllowedHosts
+	// lists them (E2B's denyOut; AllowedHosts are then its allowOut).
+	DeniedHosts  []string
 	Packages     []string
 	PackageIndex string
 	// EnvironmentDir is the environment store ("" = its default).
@@ -179,7 +182,21 @@ type Instance interface {
 // NetworkUpdater is an Instance whose network policy can change while it
 // runs.
 type NetworkUpdater interface {
-	UpdateNetwork(ctx context.Context, network string, allowedHosts []string, allowPrivate bool) error
+	UpdateNetwork(ctx context.Context, p NetworkPolicy) error
+}
+
+// NetworkPolicy is what a sandbox may reach: Spec's Network, AllowedHosts,
+// DeniedHosts and AllowPrivate.
+type NetworkPolicy struct {
+	Network      string
+	AllowedHosts []string
+	DeniedHosts  []string
+	AllowPrivate bool
+}
+
+// NetworkPolicy is the spec's network policy.
+func (s Spec) NetworkPolicy() NetworkPolicy {
+	return NetworkPolicy{Network: s.Network, AllowedHosts: s.AllowedHosts, DeniedHosts: s.DeniedHosts, AllowPrivate: s.AllowPrivate}
 }
 
 // Sweeper is a Variant that can remove what dead sandboxes left behind

@@ -105,13 +105,30 @@ func TestAgainstOurServer(t *testing.T) {
 	ctx := ctxT(t, 5*time.Minute)
 	cfg := serverConfig(url)
 
-	t.Run("AllowlistRefusedWithServersReason", func(t *testing.T) {
+	// Network policies go through E2B's allowOut/denyOut and updateNetwork;
+	// what the server refuses comes back with its reason.
+	t.Run("NetworkThroughServer", func(t *testing.T) {
 		c := cfg
-		c.NetworkPolicy, c.AllowedHosts = sandboxes.NetworkAllowlist, []string{"pypi.org"}
+		c.NetworkPolicy, c.AllowedHosts = sandboxes.NetworkAllowlist, []string{"10.0.0.0/8"}
 		_, err := sandboxes.Create(ctx, c)
 		t.Log(err)
-		if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "allowOut") {
-			t.Fatalf("allowlist = %v, want ErrInvalidConfig with the server's reason", err)
+		if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "private range") {
+			t.Fatalf("allowlist of a private range = %v, want ErrInvalidConfig with the server's reason", err)
+		}
+		c.AllowedHosts = []string{"pypi.org"}
+		sb, err := sandboxes.Create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		if i, err := sb.Info(ctx); err != nil || i.Network != sandboxes.NetworkAllowlist {
+			t.Errorf("info: %q %v", i.Network, err)
+		}
+		if err := sb.UpdateNetwork(ctx, sandboxes.Network{Policy: sandboxes.NetworkAll}); err != nil {
+			t.Fatal(err)
+		}
+		if i, err := sb.Info(ctx); err != nil || i.Network != sandboxes.NetworkAll {
+			t.Errorf("info after the update: %q %v", i.Network, err)
 		}
 	})
 

@@ -117,6 +117,8 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method == "DELETE" && r.URL.Path == "/sandboxes/i1a2b3c4d5e6f7g8h9j0k":
 		w.WriteHeader(http.StatusNoContent)
+	case r.Method == "PUT" && r.URL.Path == "/sandboxes/i1a2b3c4d5e6f7g8h9j0k/network":
+		w.WriteHeader(http.StatusNoContent)
 	case r.Method == "GET" && r.URL.Path == "/v2/sandboxes":
 		if r.URL.Query().Get("nextToken") == "" {
 			w.Header().Set("X-Next-Token", "MjAyNi0wOC0yMVQxMDowMDowMFpfX2lhYWFh")
@@ -566,5 +568,63 @@ func TestFixtureDefaultLifetime(t *testing.T) {
 	}
 	if got["timeout"] != float64(3600) {
 		t.Errorf("default lifetime on e2b: timeout %v, want 3600", got["timeout"])
+	}
+}
+
+// Network policies go to E2B as its allow_internet_access and network
+// (create) and SandboxNetworkUpdateConfig (PUT /sandboxes/{id}/network);
+// what E2B can't do is refused before any request.
+func TestFixtureNetworkOptions(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxT(t, time.Minute)
+	c := f.config()
+	c.NetworkPolicy, c.DeniedHosts, c.AllowedHosts = "all", []string{"198.51.100.0/24"}, []string{"198.51.100.7", "api.example.com"}
+	sb, err := sandboxes.Create(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	_, body := f.find("POST", "/sandboxes")
+	if !strings.Contains(body, `"allow_internet_access":true,"network":{"allowOut":["198.51.100.7","api.example.com"],"denyOut":["198.51.100.0/24"]}`) {
+		t.Errorf("create body %s", body)
+	}
+	for _, tc := range []struct {
+		n    sandboxes.Network
+		want string
+	}{
+		{sandboxes.Network{Policy: "allowlist", AllowedHosts: []string{"pypi.org"}}, `{"allowOut":["pypi.org"],"denyOut":["0.0.0.0/0"]}`},
+		{sandboxes.Network{Policy: "all", DeniedHosts: []string{"203.0.113.5"}}, `{"denyOut":["203.0.113.5"]}`},
+		{sandboxes.Network{Policy: "none"}, `{"allow_internet_access":false}`},
+		{sandboxes.Network{Policy: "all"}, `{}`},
+	} {
+		before := f.count()
+		if err := sb.UpdateNetwork(ctx, tc.n); err != nil {
+			t.Fatalf("%+v: %v", tc.n, err)
+		}
+		f.mu.Lock()
+		var got []string
+		for i, r := range f.requests[before:] {
+			if r.Method == "PUT" && r.URL.Path == "/sandboxes/i1a2b3c4d5e6f7g8h9j0k/network" {
+				got = append(got, f.bodies[before+i])
+			}
+		}
+		f.mu.Unlock()
+		if len(got) != 1 || strings.TrimSpace(got[0]) != tc.want {
+			t.Errorf("%+v: PUT bodies %q, want %s", tc.n, got, tc.want)
+		}
+	}
+	n := f.count()
+	for _, bad := range []sandboxes.Network{
+		{Policy: "all", AllowPrivate: true},                     // E2B never reaches private ranges
+		{Policy: "all", AllowedHosts: []string{"pypi.org"}},     // exceptions to nothing
+		{Policy: "allowlist", DeniedHosts: []string{"1.2.3.4"}}, // denied only with all
+		{Policy: "sometimes"},
+	} {
+		if err := sb.UpdateNetwork(ctx, bad); !errors.Is(err, sandboxes.ErrInvalidConfig) && !errors.Is(err, sandboxes.ErrNotSupported) {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+	if f.count() != n {
+		t.Error("a refused update still sent a request")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,14 +139,44 @@ func infoOf(d sandboxDetail) driver.Info {
 		info.Tags[k] = v
 	}
 	switch {
-	case d.Network != nil && len(d.Network.AllowOut) > 0:
+	case d.Network != nil && slices.Contains(d.Network.DenyOut, "0.0.0.0/0") && len(d.Network.AllowOut) > 0:
 		info.Network = "allowlist"
+	case d.Network != nil && slices.Contains(d.Network.DenyOut, "0.0.0.0/0"):
+		info.Network = "none"
 	case d.AllowInternetAccess != nil && !*d.AllowInternetAccess:
 		info.Network = "none"
 	case d.AllowInternetAccess != nil:
 		info.Network = "all"
 	}
 	return info
+}
+
+// networkUpdate is E2B's SandboxNetworkUpdateConfig: it replaces the
+// sandbox's egress rules, omitted fields cleared.
+type networkUpdate struct {
+	AllowInternetAccess *bool    `json:"allow_internet_access,omitempty"`
+	AllowOut            []string `json:"allowOut,omitempty"`
+	DenyOut             []string `json:"denyOut,omitempty"`
+}
+
+// UpdateNetwork is PUT /sandboxes/{id}/network (driver.NetworkUpdater).
+func (i *instance) UpdateNetwork(ctx context.Context, np driver.NetworkPolicy) error {
+	aia, nc, err := networkOf(np)
+	if err != nil {
+		return err
+	}
+	var body networkUpdate
+	if !aia {
+		body.AllowInternetAccess = &aia
+	}
+	if nc != nil {
+		body.AllowOut, body.DenyOut = nc.AllowOut, nc.DenyOut
+	}
+	if i.c.debug {
+		return nil // as the SDKs: debug mode has no control plane
+	}
+	_, err = i.api().call(ctx, "update network", http.MethodPut, "/sandboxes/"+url.PathEscape(i.id)+"/network", i.id, body, nil)
+	return err
 }
 
 // SetTimeout is POST /sandboxes/{id}/timeout: the sandbox ends d from now.

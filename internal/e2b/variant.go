@@ -112,21 +112,14 @@ func createBody(spec driver.Spec) (sandboxCreate, error) {
 		// The default is no network, as on every variant (E2B's own
 		// default is internet access: ask for it with NetworkPolicy all).
 		b.AllowInternetAccess = aia != nil && *aia
-	case "none", "all":
-		b.AllowInternetAccess = spec.Network == "all"
+	default:
+		var err error
+		if b.AllowInternetAccess, b.Network, err = networkOf(spec.NetworkPolicy()); err != nil {
+			return b, err
+		}
 		if aia != nil && *aia != b.AllowInternetAccess {
 			return b, fmt.Errorf("%w: NetworkPolicy %s contradicts e2b.Options.AllowInternetAccess %v; give one", sberr.ErrInvalidConfig, spec.Network, *aia)
 		}
-	case "allowlist":
-		if aia != nil && !*aia {
-			return b, fmt.Errorf("%w: NetworkPolicy allowlist contradicts e2b.Options.AllowInternetAccess false; give one", sberr.ErrInvalidConfig)
-		}
-		// Only the allowed hosts, everything else denied (E2B's allowOut
-		// takes precedence over denyOut).
-		b.AllowInternetAccess = true
-		b.Network = &networkConfig{AllowOut: spec.AllowedHosts, DenyOut: []string{"0.0.0.0/0"}}
-	default:
-		return b, fmt.Errorf("%w: network policy %q", sberr.ErrInvalidConfig, spec.Network)
 	}
 	if len(spec.Packages) > 0 && !b.AllowInternetAccess {
 		return b, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; allow internet access (NetworkPolicy all) or use a template that has them", sberr.ErrInvalidConfig)
@@ -297,4 +290,27 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 		return err
 	}
 	return kill(ctx, c, id)
+}
+
+// networkOf maps a network policy onto E2B's allow_internet_access and
+// network (allowOut wins over denyOut on E2B, as here).
+func networkOf(np driver.NetworkPolicy) (bool, *networkConfig, error) {
+	if np.AllowPrivate {
+		// E2B always denies the private ranges (its DeniedSandboxCIDRs come
+		// before the user's allowOut).
+		return false, nil, fmt.Errorf("%w: AllowPrivate on the e2b variant: E2B never lets a sandbox reach the private ranges", sberr.ErrNotSupported)
+	}
+	switch np.Network {
+	case "none":
+		return false, nil, nil
+	case "all":
+		if len(np.DeniedHosts) == 0 {
+			return true, nil, nil
+		}
+		return true, &networkConfig{AllowOut: np.AllowedHosts, DenyOut: np.DeniedHosts}, nil
+	case "allowlist":
+		// Only the allowed hosts, everything else denied.
+		return true, &networkConfig{AllowOut: np.AllowedHosts, DenyOut: []string{"0.0.0.0/0"}}, nil
+	}
+	return false, nil, fmt.Errorf("%w: network policy %q", sberr.ErrInvalidConfig, np.Network)
 }

@@ -48,7 +48,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.sandboxMetrics)
 	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
-	mux.HandleFunc("PUT /sandboxes/{id}/network", s.notSupported("changing a running sandbox's network (choose allowInternetAccess at create)"))
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
 	s.templateRoutes(mux)
@@ -149,13 +149,10 @@ type newSandbox struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	AutoPause           *bool             `json:"autoPause"`
-	Network             *struct {
-		AllowOut           []string `json:"allowOut"`
-		DenyOut            []string `json:"denyOut"`
-		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
-	} `json:"network"`
-	VolumeMounts []json.RawMessage `json:"volumeMounts"`
-	MCP          json.RawMessage   `json:"mcp"`
+	Network             *networkOpts      `json:"network"`
+	IAM                 json.RawMessage   `json:"iam"`
+	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
+	MCP                 json.RawMessage   `json:"mcp"`
 	// Tools is our extension: the tool sets (or set.tool) to grant the
 	// sandbox's code (Options.ToolSets).
 	Tools []string `json:"tools"`
@@ -192,9 +189,10 @@ type listedSandbox struct {
 
 type sandboxDetail struct {
 	listedSandbox
-	EnvdAccessToken     string  `json:"envdAccessToken,omitempty"`
-	AllowInternetAccess bool    `json:"allowInternetAccess"`
-	Domain              *string `json:"domain"`
+	EnvdAccessToken     string       `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess bool         `json:"allowInternetAccess"`
+	Network             *networkInfo `json:"network,omitempty"`
+	Domain              *string      `json:"domain"`
 	Lifecycle           struct {
 		AutoResume bool   `json:"autoResume"`
 		OnTimeout  string `json:"onTimeout"`
@@ -261,8 +259,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	case req.AutoPause != nil && *req.AutoPause:
 		writeError(w, http.StatusBadRequest, "autoPause (lifecycle onTimeout 'pause') is not supported: sandboxes here are killed when their timeout ends")
 		return
-	case req.Network != nil && (len(req.Network.AllowOut) > 0 || len(req.Network.DenyOut) > 0):
-		writeError(w, http.StatusBadRequest, "network allowOut/denyOut rules are not supported; use allowInternetAccess true or false")
+	case req.Network != nil && refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts) != "":
+		writeError(w, http.StatusBadRequest, "%s", refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts))
+		return
+	case present(req.IAM):
+		writeError(w, http.StatusBadRequest, "iam (workload identity tokens for network rules) is not supported by this server, nor are network rules; drop iam")
+		return
+	case req.Network != nil && req.Network.MaskRequestHost != nil && checkMask(*req.Network.MaskRequestHost) != nil:
+		writeError(w, http.StatusBadRequest, "%v", checkMask(*req.Network.MaskRequestHost))
 		return
 	case req.Secure != nil && !*req.Secure:
 		// E2B would leave envd open to anyone who knows the id; here every
@@ -292,14 +296,25 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
 		private = true
 	}
-	network := s.defaultNetwork
-	if req.AllowInternetAccess != nil {
-		// The user asked explicitly: honour it either way.
-		network = sandboxes.NetworkNone
-		if *req.AllowInternetAccess {
-			network = sandboxes.NetworkAll
-		}
+	hasNetwork := req.Network != nil && (req.Network.AllowOut != nil || req.Network.DenyOut != nil)
+	var allowOut, denyOut []string
+	if req.Network != nil {
+		allowOut, denyOut = req.Network.AllowOut, req.Network.DenyOut
 	}
+	// The user asked explicitly: honour it either way.
+	nw, st, err := s.policyOf(req.AllowInternetAccess, allowOut, denyOut, hasNetwork)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if req.AllowInternetAccess == nil && !hasNetwork {
+		nw = sandboxes.Network{Policy: s.defaultNetwork, AllowPrivate: s.allowPrivate && s.defaultNetwork != sandboxes.NetworkNone}
+		st = netState{internet: s.defaultNetwork != sandboxes.NetworkNone}
+	}
+	if req.Network != nil && req.Network.MaskRequestHost != nil {
+		st.mask = *req.Network.MaskRequestHost
+	}
+	network := nw.Policy
 	tags := map[string]string{}
 	for key, v := range req.Metadata {
 		if key == ToolsMetadataKey {
@@ -351,7 +366,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cfg.Tags = tags
 	cfg.Env = req.EnvVars
 	cfg.MaxLifetime = lifetime
-	cfg.NetworkPolicy = network
+	cfg.NetworkPolicy, cfg.AllowedHosts, cfg.DeniedHosts, cfg.AllowPrivate = nw.Policy, nw.AllowedHosts, nw.DeniedHosts, nw.AllowPrivate
 	cfg.Tools = tools
 	cfg.Memory, cfg.CPU = q.Memory, q.CPU
 	if envID != "" {
@@ -367,7 +382,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
 		status := http.StatusInternalServerError
-		if errors.Is(err, sandboxes.ErrInvalidConfig) || errors.Is(err, sandboxes.ErrNotSupported) || errors.Is(err, sandboxes.ErrInvalidInput) {
+		if isClientError(err) {
 			status = http.StatusBadRequest
 		}
 		s.log.Error("create failed", "team", k.Team, "key", keyID(k.Key), "error", err)
@@ -382,6 +397,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "creating the sandbox: %v", err)
 		return
 	}
+	e.net.Store(&st)
 	if testHookCreated != nil {
 		testHookCreated()
 	}
@@ -625,6 +641,12 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll, EnvdAccessToken: e.token}
+	if st := e.net.Load(); st != nil {
+		// What this server was asked (a restart forgets it: then only
+		// allowInternetAccess, from the sandbox's policy).
+		d.AllowInternetAccess = st.internet
+		d.Network = &networkInfo{AllowOut: st.allowOut, DenyOut: st.denyOut, AllowPublicTraffic: !e.private, MaskRequestHost: st.mask}
+	}
 	d.Lifecycle.OnTimeout = "kill"
 	writeJSON(w, http.StatusOK, d)
 }

@@ -108,7 +108,7 @@ func TestControlPlaneErrors(t *testing.T) {
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","metadata":{"has space":"x"}}`, 400, "has space")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","envVars":{"A=B":"x"}}`, 400, "A=B")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","autoPause":true}`, 400, "autoPause")
-	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","network":{"allowOut":["1.1.1.1"]}}`, 400, "allowOut")
+	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","network":{"denyOut":["example.com"]}}`, 400, "denyOut")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","secure":false}`, 400, "secure: false")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","volumeMounts":[{"name":"v","path":"/v"}]}`, 400, "volume")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","metadata":{"k":"`+strings.Repeat("x", maxAPIBody)+`"}}`, 413, "larger")

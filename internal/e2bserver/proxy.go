@@ -58,6 +58,10 @@ func newDataPlane(s *Server) *dataPlane {
 				pr.Out.Header.Del(e2bauth.TrafficHeader)
 			}
 			pr.Out.Host = ""
+			if st := t.e.net.Load(); st != nil && st.mask != "" && !t.agent() {
+				// maskRequestHost: what the user's server sees as Host.
+				pr.Out.Host = maskHost(st.mask, t.port)
+			}
 			for _, h := range routingHeaders {
 				pr.Out.Header.Del(h)
 			}

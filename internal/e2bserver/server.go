@@ -125,6 +125,11 @@ type Options struct {
 	// the interpreter's) need the sandbox's traffic access token, as if every
 	// sandbox were created with allowPublicTraffic false.
 	RequireTrafficToken bool
+	// AllowPrivate lets sandboxes with network reach the private ranges
+	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and lets allowOut
+	// list them; refused by default (the host itself, loopback and cloud
+	// metadata stay unreachable regardless).
+	AllowPrivate bool
 	// MetricsToken is the bearer token of GET /metrics (Prometheus); ""
 	// turns /metrics off.
 	MetricsToken string
@@ -160,6 +165,7 @@ type Server struct {
 	defaultQuota   Quota
 	defaultNetwork string
 	requireTraffic bool
+	allowPrivate   bool
 	metricsToken   string
 	maxTimeout     time.Duration
 	log            *slog.Logger
@@ -196,6 +202,8 @@ type entry struct {
 	inst               driver.Instance
 	token, traffic     string
 	private            bool // allowPublicTraffic false
+	net                atomic.Pointer[netState]
+	netMu              sync.Mutex // one network update at a time (each waits for its own to apply)
 	memory             int64
 	cpus               float64
 	tunnel             *http.Transport
@@ -217,7 +225,7 @@ type teamState struct {
 
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
-	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, metricsToken: o.MetricsToken,
+	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, allowPrivate: o.AllowPrivate, metricsToken: o.MetricsToken,
 		maxTimeout: o.MaxTimeout, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
 	s.createCtx, s.stopCreates = context.WithCancel(context.Background())
 	for name := range o.ToolSets {

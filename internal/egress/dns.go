@@ -171,7 +171,9 @@ func (s *Stack) answer(q []byte, overTCP bool) []byte {
 	if resp == nil {
 		return reply(h, &question, dnsmessage.RCodeServerFailure)
 	}
-	if pol.mode != ModeAllowlist {
+	if pol.mode != ModeAllowlist && !pol.nameAllowed(name) {
+		// Mode all: answers pass; an allowed name's are pinned below, as
+		// the exceptions to the denied addresses.
 		return resp
 	}
 	var m dnsmessage.Message

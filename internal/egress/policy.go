@@ -11,6 +11,14 @@
 // unless AllowPrivate, the private ranges (10/8, 172.16/12, 192.168/16,
 // 100.64/10, fc00::/7).
 //
+// Denied (IPs and CIDRs) narrows "all": those addresses are refused unless
+// Allowed lists them (an IP or CIDR of Allowed), or the connection is to an
+// address an allowed name resolved to and names it (SNI/Host): allowed wins
+// over denied, as E2B's allowOut over denyOut. Denying 0.0.0.0/0 or ::/0
+// (E2B's ALL_TRAFFIC) denies all traffic, IPv4 and IPv6 alike: the policy
+// is then an allowlist of Allowed (which may be empty: nothing reachable,
+// and the resolver answers no name).
+//
 // Policy "allowlist": the same, and further only names, wildcards, IPs and
 // CIDRs listed in Allowed. Named hosts are reachable only at addresses our
 // own resolver answered for them (pinned for the sandbox's lifetime), and
@@ -50,6 +58,14 @@ type Policy struct {
 	// Allowed (allowlist only): "host.example.com", "*.example.org" (its
 	// subdomains, not itself), an IP, or a CIDR.
 	Allowed []string `json:"allowed,omitempty"`
+	// Denied (mode all): IPs and CIDRs refused unless Allowed lists them.
+	// With Denied, Allowed's entries in mode all are its exceptions.
+	Denied []string `json:"denied,omitempty"`
+}
+
+// PolicyOf is the Policy of a sandbox's network settings.
+func PolicyOf(mode string, allowed, denied []string, allowPrivate bool) Policy {
+	return Policy{Mode: mode, Allowed: allowed, Denied: denied, AllowPrivate: allowPrivate}
 }
 
 // compiled is a Policy ready for lookups.
@@ -59,6 +75,7 @@ type compiled struct {
 	names        map[string]bool
 	suffixes     []string // ".example.org" for "*.example.org"
 	prefixes     []netip.Prefix
+	denied       []netip.Prefix
 }
 
 // maxAllowed bounds the allowlist's size.
@@ -74,8 +91,8 @@ func compile(p Policy) (*compiled, error) {
 	c := &compiled{mode: p.Mode, allowPrivate: p.AllowPrivate, names: map[string]bool{}}
 	switch p.Mode {
 	case ModeAll:
-		if len(p.Allowed) > 0 {
-			return nil, fmt.Errorf("%w: allowed hosts are only meaningful with mode allowlist", ErrPolicy)
+		if len(p.Allowed) > 0 && len(p.Denied) == 0 {
+			return nil, fmt.Errorf("%w: allowed hosts with mode all are exceptions to denied hosts (give denied hosts, or use mode allowlist)", ErrPolicy)
 		}
 	case ModeAllowlist:
 		if len(p.Allowed) == 0 {
@@ -84,8 +101,29 @@ func compile(p Policy) (*compiled, error) {
 	default:
 		return nil, fmt.Errorf("%w: unknown mode %q (want all or allowlist)", ErrPolicy, p.Mode)
 	}
-	if len(p.Allowed) > maxAllowed {
-		return nil, fmt.Errorf("%w: %d allowed hosts, at most %d", ErrPolicy, len(p.Allowed), maxAllowed)
+	if len(p.Allowed) > maxAllowed || len(p.Denied) > maxAllowed {
+		return nil, fmt.Errorf("%w: %d allowed and %d denied hosts, at most %d each", ErrPolicy, len(p.Allowed), len(p.Denied), maxAllowed)
+	}
+	denyAll := false
+	for _, raw := range p.Denied {
+		h := strings.TrimSpace(raw)
+		pfx, err := netip.ParsePrefix(h)
+		if err != nil {
+			ip, aerr := netip.ParseAddr(h)
+			if aerr != nil {
+				return nil, fmt.Errorf("%w: denied %q: only IPs and CIDRs can be denied, not names (a name's addresses change under it; allow names instead, with 0.0.0.0/0 denied)", ErrPolicy, raw)
+			}
+			pfx = netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+		}
+		pfx = pfx.Masked()
+		if pfx.Bits() == 0 {
+			denyAll = true
+		}
+		c.denied = append(c.denied, pfx)
+	}
+	if denyAll {
+		// All traffic denied: what Allowed lists and nothing else.
+		c.mode = ModeAllowlist
 	}
 	for _, raw := range p.Allowed {
 		h := strings.ToLower(strings.TrimSpace(raw))
@@ -145,6 +183,16 @@ func validName(n string) bool {
 		}
 	}
 	return true
+}
+
+// deniedAddr: does Denied cover ip?
+func (c *compiled) deniedAddr(ip netip.Addr) bool {
+	for _, p := range c.denied {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // nameAllowed: is the DNS name (lower case, no trailing dot) listed?
@@ -209,6 +257,16 @@ var (
 	)
 )
 
+// PrivateOverlap says which private range p overlaps, if any.
+func PrivateOverlap(p netip.Prefix) (netip.Prefix, bool) {
+	for _, r := range privateRanges {
+		if r.Overlaps(p) {
+			return r, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
 func mustPrefixes(ss ...string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range ss {
@@ -265,10 +323,14 @@ func (c *compiled) check(ip netip.Addr, host *hostAddrs, pins *pinSet) (verdict,
 		return refuse, why
 	}
 	switch {
-	case c.mode == ModeAll, c.mode == ModeAllowlist && c.listed(ip):
+	case c.listed(ip):
+		return direct, ""
+	case c.mode == ModeAll && !c.deniedAddr(ip):
 		return direct, ""
 	case pins.has(ip):
 		return named, ""
+	case c.mode == ModeAll:
+		return refuse, "address " + ip.String() + " is denied (and no allowed name resolved to it)"
 	}
 	return refuse, "address " + ip.String() + " is not allowed (not listed, and no allowed name resolved to it)"
 }
@@ -294,7 +356,7 @@ func (c *compiled) reachable(ip netip.Addr, host *hostAddrs) (bool, string) {
 	if own, err := host.contains(ip); err != nil || own {
 		return false, "an address of the host " + ip.String()
 	}
-	if !c.allowPrivate && !(c.mode == ModeAllowlist && c.listed(ip)) {
+	if !c.allowPrivate && !c.listed(ip) {
 		for _, p := range privateRanges {
 			if p.Contains(ip) {
 				return false, "private address " + ip.String() + " (not allowed by the policy)"

@@ -10,7 +10,12 @@ func TestCompileRefuses(t *testing.T) {
 	for _, p := range []Policy{
 		{Mode: "sometimes"},
 		{Mode: ModeAllowlist},
-		{Mode: ModeAll, Allowed: []string{"example.com"}},
+		{Mode: ModeAll, Allowed: []string{"example.com"}}, // exceptions to nothing denied
+		{Mode: ModeAll, Denied: []string{"example.com"}},  // names can't be denied
+		{Mode: ModeAll, Denied: []string{"*.example.com"}},
+		{Mode: ModeAll, Denied: []string{"1.2.3.4:80"}},
+		{Mode: ModeAll, Denied: []string{"0.0.0.0/0"}, Allowed: []string{"127.0.0.1"}}, // never reachable
+		{Mode: ModeAll, Denied: []string{"0.0.0.0/0"}, Allowed: []string{"0.0.0.0/0"}}, // widening through the exceptions
 		{Mode: ModeAllowlist, Allowed: []string{"127.0.0.1"}},
 		{Mode: ModeAllowlist, Allowed: []string{"::ffff:127.0.0.1"}},
 		{Mode: ModeAllowlist, Allowed: []string{"0.0.0.0/0"}}, // overlaps loopback: list real ranges
@@ -96,5 +101,58 @@ func TestCheck(t *testing.T) {
 		if got, _ := priv.check(a, &host, &pins); got != refuse {
 			t.Errorf("AllowPrivate: host address %s = %v", a, got)
 		}
+	}
+}
+
+// TestDeniedPrecedence: E2B's allowOut over denyOut. Denied addresses are
+// refused unless an allowed IP/CIDR covers them or an allowed name resolved
+// to them (then named: SNI/Host must say so); 0.0.0.0/0 denied is an
+// allowlist of Allowed, IPv6 included.
+func TestDeniedPrecedence(t *testing.T) {
+	var host hostAddrs
+	var pins pinSet
+	pins.add(netip.MustParseAddr("198.51.100.7"), "api.example.com")
+	c, err := compile(Policy{Mode: ModeAll, Denied: []string{"198.51.100.0/24", "203.0.113.5"}, Allowed: []string{"198.51.100.9", "api.example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ip, want := range map[string]verdict{
+		"198.51.100.9": direct, // allowed wins over denied
+		"198.51.100.7": named,  // denied, but an allowed name resolved to it
+		"198.51.100.8": refuse, // denied
+		"203.0.113.5":  refuse,
+		"203.0.113.6":  direct, // not denied
+		"10.0.0.1":     refuse, // private stays refused
+		"127.0.0.1":    refuse,
+	} {
+		if got, why := c.check(netip.MustParseAddr(ip), &host, &pins); got != want {
+			t.Errorf("check(%s) = %v (%s), want %v", ip, got, why, want)
+		}
+	}
+	all, err := compile(Policy{Mode: ModeAll, Denied: []string{"0.0.0.0/0"}, Allowed: []string{"203.0.113.0/24", "api.example.com"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.mode != ModeAllowlist {
+		t.Errorf("0.0.0.0/0 denied: mode %q, want allowlist", all.mode)
+	}
+	for ip, want := range map[string]verdict{
+		"203.0.113.9": direct, "198.51.100.7": named, "198.51.100.8": refuse, "2001:db8::1": refuse,
+	} {
+		if got, why := all.check(netip.MustParseAddr(ip), &host, &pins); got != want {
+			t.Errorf("deny all: check(%s) = %v (%s), want %v", ip, got, why, want)
+		}
+	}
+	none, err := compile(Policy{Mode: ModeAll, Denied: []string{"0.0.0.0/0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ip := range []string{"203.0.113.9", "198.51.100.7", "2001:db8::1"} {
+		if got, why := none.check(netip.MustParseAddr(ip), &host, &pins); got != named && got != refuse {
+			t.Errorf("deny all, nothing allowed: check(%s) = %v (%s)", ip, got, why)
+		}
+	}
+	if none.nameAllowed("api.example.com") {
+		t.Error("deny all, nothing allowed: a name is allowed")
 	}
 }

@@ -261,6 +261,14 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 			var d net.Dialer
 			c, derr := d.DialContext(ctx, "tcp", dst.String())
 			cancel()
+			if derr == nil && len(head) > 0 && head[0] != 0x16 {
+				// Plain HTTP: every request's Host is checked, not only
+				// the first's (httpproxy.go).
+				up = c.(*net.TCPConn)
+				limitBuffers(up)
+				s.relayHTTP(down, up, head, dst)
+				return
+			}
 			if derr == nil {
 				if _, werr := c.Write(head); werr == nil {
 					up = c.(*net.TCPConn)

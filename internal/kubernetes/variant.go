@@ -91,6 +91,12 @@ func (c *cluster) network(ctx context.Context, spec driver.Spec) (string, []stri
 		policy = "none"
 	}
 	var egress []string
+	if len(spec.DeniedHosts) > 0 {
+		// A NetworkPolicy only allows: "everything but these" would be
+		// ipBlock excepts, which miss the named exceptions allowed hosts
+		// carry; refused rather than half-enforced.
+		return "", nil, fmt.Errorf("%w: DeniedHosts on the kubernetes variant: a NetworkPolicy can't deny addresses with allowed exceptions by name; use NetworkPolicy allowlist with AllowedHosts (CIDRs), or the local or docker variant", sberr.ErrNotSupported)
+	}
 	switch policy {
 	case "all":
 		return "all", nil, nil
@@ -277,8 +283,14 @@ func (c *cluster) launch(ctx context.Context, p *plan, m meta) (inst *instance, 
 	// The deadline counts from the pod's start, which is a little after
 	// its creation: counting from creation errs on the safe side.
 	inst.started = pod.CreationTimestamp.Time
-	if _, err := c.waitReady(ctx, pod.Name, inst.probe); err != nil {
+	ready, err := c.waitReady(ctx, pod.Name, inst.probe)
+	if err != nil {
 		return inst, err
+	}
+	if p.network != "all" {
+		if err := inst.waitEnforced(ctx, ready.Status.HostIP, p.egress); err != nil {
+			return inst, err
+		}
 	}
 	return inst, nil
 }

@@ -31,6 +31,7 @@ type record struct {
 	// supervisor re-reads them on SIGUSR1 (UpdateNetwork).
 	AllowedHosts []string `json:"allowed_hosts,omitempty"`
 	AllowPrivate bool     `json:"allow_private,omitempty"`
+	DeniedHosts  []string `json:"denied_hosts,omitempty"`
 	Memory       int64    `json:"memory_bytes,omitempty"`
 	CPUs         float64  `json:"cpus,omitempty"`
 	Pids         int64    `json:"pids,omitempty"`

@@ -208,7 +208,7 @@ func runShim() int {
 		go func() {
 			for range usr1 {
 				if cur, err := readRecord(dir); err == nil {
-					p := policyOf(cur.Network, cur.AllowedHosts, cur.AllowPrivate)
+					p := cur.policy()
 					if err := netw.SetPolicy(p); err != nil {
 						netw.Logf("egress: policy update refused: %v", err)
 						_ = egress.WriteApplied(dir, "error: "+err.Error())
@@ -289,5 +289,5 @@ func startNetwork(dir string, r *record, tun *os.File) (*egress.Stack, error) {
 	if v := os.Getenv(dnsEnv); v != "" {
 		dns = strings.Split(v, ",")
 	}
-	return egress.Start(tun, policyOf(r.Network, r.AllowedHosts, r.AllowPrivate), egress.Options{DNS: dns, Logf: logger.Printf})
+	return egress.Start(tun, r.policy(), egress.Options{DNS: dns, Logf: logger.Printf})
 }

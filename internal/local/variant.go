@@ -52,7 +52,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if spec.Network == "" {
 		spec.Network = "none"
 	}
-	if err := checkNetwork(spec.Network, spec.AllowedHosts, spec.AllowPrivate); err != nil {
+	if err := checkNetwork(spec.NetworkPolicy()); err != nil {
 		return nil, err
 	}
 	for _, p := range spec.Packages {
@@ -96,7 +96,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
-		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
+		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, DeniedHosts: spec.DeniedHosts, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
 		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
@@ -307,21 +307,21 @@ func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
 // allowlist (its own network namespace cannot be added or removed later):
 // the record says what the supervisor applies on SIGUSR1, for connections
 // opened from then on.
-func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []string, allowPrivate bool) error {
+func (i *instance) UpdateNetwork(ctx context.Context, np driver.NetworkPolicy) error {
 	r, err := i.record()
 	if err != nil {
 		return err
 	}
-	if err := checkNetwork(network, allowed, allowPrivate); err != nil {
+	if err := checkNetwork(np); err != nil {
 		return err
 	}
-	if (r.Network == "none") != (network == "none") {
+	if (r.Network == "none") != (np.Network == "none") {
 		return fmt.Errorf("%w: sandbox %s was created with network %s; a running sandbox can switch between all and allowlist only (create a new one)", sberr.ErrNotSupported, r.ID, r.Network)
 	}
-	if network == "none" {
+	if np.Network == "none" {
 		return nil
 	}
-	r.Network, r.AllowedHosts, r.AllowPrivate = network, allowed, allowPrivate
+	r.Network, r.AllowedHosts, r.AllowPrivate, r.DeniedHosts = np.Network, np.AllowedHosts, np.AllowPrivate, np.DeniedHosts
 	if err := writeRecord(i.dir(), r); err != nil {
 		return err
 	}
@@ -332,31 +332,32 @@ func (i *instance) UpdateNetwork(ctx context.Context, network string, allowed []
 		return err
 	}
 	// Return once the policy is in force, not merely asked for.
-	if err := egress.WaitApplied(ctx, i.dir(), policyOf(network, allowed, allowPrivate)); err != nil {
+	if err := egress.WaitApplied(ctx, i.dir(), r.policy()); err != nil {
 		return fmt.Errorf("%w: sandbox %s: %w", sberr.ErrUnavailable, r.ID, err)
 	}
 	return nil
 }
 
 // checkNetwork validates a network policy for the local variant.
-func checkNetwork(network string, allowed []string, allowPrivate bool) error {
-	switch network {
+func checkNetwork(np driver.NetworkPolicy) error {
+	switch np.Network {
 	case "none":
-		if len(allowed) > 0 || allowPrivate {
-			return fmt.Errorf("%w: allowed hosts and private ranges need network all or allowlist", sberr.ErrInvalidConfig)
+		if len(np.AllowedHosts) > 0 || len(np.DeniedHosts) > 0 || np.AllowPrivate {
+			return fmt.Errorf("%w: allowed and denied hosts and private ranges need network all or allowlist", sberr.ErrInvalidConfig)
 		}
 		return nil
 	case "all", "allowlist":
-		if _, err := egress.Compile(policyOf(network, allowed, allowPrivate)); err != nil {
+		if _, err := egress.Compile(egress.PolicyOf(np.Network, np.AllowedHosts, np.DeniedHosts, np.AllowPrivate)); err != nil {
 			return fmt.Errorf("%w: %w", sberr.ErrInvalidConfig, err)
 		}
 		return nil
 	}
-	return fmt.Errorf("%w: unknown network policy %q; use none, all or allowlist", sberr.ErrInvalidConfig, network)
+	return fmt.Errorf("%w: unknown network policy %q; use none, all or allowlist", sberr.ErrInvalidConfig, np.Network)
 }
 
-func policyOf(network string, allowed []string, allowPrivate bool) egress.Policy {
-	return egress.Policy{Mode: network, Allowed: allowed, AllowPrivate: allowPrivate}
+// policy is the record's network policy, as its supervisor applies it.
+func (r record) policy() egress.Policy {
+	return egress.PolicyOf(r.Network, r.AllowedHosts, r.DeniedHosts, r.AllowPrivate)
 }
 
 // Host forwards a loopback port of this process to port inside the sandbox,

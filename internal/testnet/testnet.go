@@ -26,6 +26,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -368,24 +369,28 @@ func (n *Net) serveTCP(ln net.Listener, h func(net.Conn, string)) {
 	}
 }
 
+// httpReply answers a request and closes, unless the request asks for
+// "Connection: keep-alive": then the next request on the connection gets
+// its answer too (tests of what is sent on one connection).
 func (n *Net) httpReply(c net.Conn, ip string) {
-	r := bufio.NewReader(io.LimitReader(c, 64<<10))
-	var hostHdr string
+	r := bufio.NewReader(io.LimitReader(c, 1<<20))
 	for {
-		l, err := r.ReadString('\n')
+		req, err := http.ReadRequest(r)
 		if err != nil {
 			return
 		}
-		l = strings.TrimSpace(l)
-		if l == "" {
-			break
+		_, _ = io.Copy(io.Discard, req.Body)
+		body := Reply(ip) + " " + req.Host + "\n"
+		keep := strings.EqualFold(req.Header.Get("Connection"), "keep-alive")
+		conn := "close"
+		if keep {
+			conn = "keep-alive"
 		}
-		if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, "host") {
-			hostHdr = strings.TrimSpace(v)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: %s\r\n\r\n%s", len(body), conn, body)
+		if !keep {
+			return
 		}
 	}
-	body := Reply(ip) + " " + hostHdr + "\n"
-	fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 }
 
 func (n *Net) tlsReply(c net.Conn, ip string) {
