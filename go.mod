@@ -33,6 +33,7 @@ require (
 
 require (
 	github.com/google/btree v1.1.3 // indirect
+	github.com/opencontainers/runtime-spec v1.2.1 // indirect
 	github.com/vishvananda/netns v0.0.5 // indirect
 	golang.org/x/exp v0.0.0-20250711185948-6ae5c78190dc // indirect
 )

@@ -43,6 +43,10 @@ type record struct {
 	// BuildID pins the build (empty for host).
 	Environment string `json:"environment,omitempty"`
 	BuildID     string `json:"build_id,omitempty"`
+	// Isolation is "" (namespaces) or "gvisor"; Runsc is then the runsc
+	// that runs it (a dead supervisor's sandbox is deleted with it).
+	Isolation string `json:"isolation,omitempty"`
+	Runsc     string `json:"runsc,omitempty"`
 }
 
 const (

@@ -1,0 +1,96 @@
+package sandboxes_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
+)
+
+// requireGVisor skips (fails under CI=true) where the local variant can't
+// run gVisor sandboxes: it needs root and runsc.
+func requireGVisor(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	_, err := exec.LookPath("runsc")
+	testdep.Require(t, err == nil, "gVisor's runsc (apt-get install runsc; make deps)")
+	testdep.Require(t, os.Geteuid() == 0, "root (isolation gvisor on the local variant runs runsc as root)")
+}
+
+func gvisorConfig(t *testing.T) sandboxes.Config {
+	cfg := localConfig(t)
+	cfg.Isolation = sandboxes.IsolationGVisor
+	return cfg
+}
+
+// The kernel code inside sees is gVisor's, not the host's: a different
+// uname release and gVisor's fixed /proc/version.
+func TestLocalGVisorKernel(t *testing.T) {
+	requireGVisor(t)
+	host, err := exec.Command("uname", "-r").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := sb.Commands().Run(ctx, "uname -r; cat /proc/version; id -u; id -g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(res.Stdout, strings.TrimSpace(string(host))) {
+		t.Fatalf("the sandbox sees the host's kernel %s:\n%s", host, res.Stdout)
+	}
+	// gVisor's Sentry reports a fixed kernel: 4.4.0, built "Sun Jan 10
+	// 15:06:54 PST 2016" (pkg/sentry/kernel/version.go).
+	if !strings.Contains(res.Stdout, "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016") {
+		t.Fatalf("the sandbox's /proc/version is not gVisor's:\n%s\n%s", res.Stdout, res.Stderr)
+	}
+	if !strings.HasSuffix(strings.TrimSpace(res.Stdout), "1000\n100") {
+		t.Fatalf("want uid 1000 gid 100 inside, got:\n%s", res.Stdout)
+	}
+	ex := runOut(t, sb, "import platform; platform.release()")
+	if ex.Error != nil || strings.Contains(ex.Text(), strings.TrimSpace(string(host))) {
+		t.Fatalf("python sees %q (error %v), want gVisor's release", ex.Text(), ex.Error)
+	}
+	// The same call under namespaces sees the host's kernel: the test can
+	// tell the two apart.
+	plain := newLocal(t, nil)
+	res, err = plain.Commands().Run(ctx, "uname -r")
+	if err != nil || strings.TrimSpace(res.Stdout) != strings.TrimSpace(string(host)) {
+		t.Fatalf("namespaces sandbox: uname -r = %q (%v), want the host's %s", res.Stdout, err, host)
+	}
+}
+
+func TestLocalGVisorConformance(t *testing.T) {
+	requireGVisor(t)
+	sandboxestest.Require(t, hasRich(), "Debian's python3-numpy, python3-matplotlib and python3-pandas (make deps)")
+	sandboxestest.Run(t, gvisorConfig(t), sandboxestest.Options{Rich: true})
+}
+
+// Without runsc the level is refused with the reason, never replaced by
+// namespaces.
+func TestLocalGVisorRefusedWithoutRunsc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	t.Setenv("CODE_SANDBOXES_RUNSC", "/nonexistent/runsc")
+	_, err := sandboxes.Create(context.Background(), gvisorConfig(t))
+	if !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "runsc") {
+		t.Fatalf("Create without runsc: %v, want ErrNotSupported naming runsc", err)
+	}
+	cfg := gvisorConfig(t)
+	cfg.Isolation = "vm"
+	if _, err := sandboxes.Create(context.Background(), cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
+		t.Fatalf("Isolation vm: %v, want ErrInvalidConfig", err)
+	}
+}
