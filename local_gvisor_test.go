@@ -94,3 +94,30 @@ func TestLocalGVisorRefusedWithoutRunsc(t *testing.T) {
 		t.Fatalf("Isolation vm: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// Network all and allowlist under gVisor keep the egress policy: the same
+// attacks as under namespaces (TestLocalNetworkAll, …Allowlist, …Update).
+func TestLocalGVisorNetworkAll(t *testing.T) {
+	requireGVisor(t)
+	testInternet(t)
+	checkNetworkAll(t, newLocal(t, func(c *sandboxes.Config) {
+		c.Isolation = sandboxes.IsolationGVisor
+		c.NetworkPolicy = sandboxes.NetworkAll
+	}))
+}
+
+func TestLocalGVisorNetworkAllowlist(t *testing.T) {
+	requireGVisor(t)
+	n := testInternet(t)
+	checkNetworkAllowlist(t, n, newLocal(t, func(c *sandboxes.Config) {
+		allowlistConfig(c)
+		c.Isolation = sandboxes.IsolationGVisor
+	}))
+}
+
+func TestLocalGVisorNetworkUpdate(t *testing.T) {
+	requireGVisor(t)
+	testInternet(t)
+	gv := func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor }
+	checkNetworkUpdate(t, newLocal(t, func(c *sandboxes.Config) { gv(c); c.NetworkPolicy = sandboxes.NetworkAll }), newLocal(t, gv))
+}
