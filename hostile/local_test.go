@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -128,6 +129,10 @@ func goneErr(r rec) error {
 	if isOurs(r.AgentPid, "code-sandboxes-agent") {
 		return fmt.Errorf("agent (pid %d) still runs", r.AgentPid)
 	}
+	// Under isolation gvisor the recorded pid is gVisor's sandbox (Sentry).
+	if isOurs(r.AgentPid, "runsc-sandbox") {
+		return fmt.Errorf("gVisor sandbox (pid %d) still runs", r.AgentPid)
+	}
 	for _, d := range r.Cgroups {
 		if _, err := os.Stat(d); err == nil {
 			return fmt.Errorf("cgroup %s still exists", d)
@@ -186,6 +191,21 @@ func localOptions() hostile.Options {
 func TestHostileLocal(t *testing.T) {
 	requireLocal(t)
 	hostile.Run(t, localCfg(), localOptions())
+	for _, r := range hostile.Results() {
+		t.Logf("%-60s %s", r.Case, r.Outcome)
+	}
+}
+
+// TestHostileLocalGVisor runs the hostile-code suite on the local variant
+// under isolation gvisor (root and runsc; missing ones fail under CI=true).
+func TestHostileLocalGVisor(t *testing.T) {
+	requireLocal(t)
+	_, err := exec.LookPath("runsc")
+	sandboxestest.Require(t, err == nil, "gVisor's runsc (apt-get install runsc; make deps)")
+	sandboxestest.Require(t, os.Geteuid() == 0, "root (isolation gvisor on the local variant runs runsc as root)")
+	cfg := localCfg()
+	cfg.Isolation = sandboxes.IsolationGVisor
+	hostile.Run(t, cfg, localOptions())
 	for _, r := range hostile.Results() {
 		t.Logf("%-60s %s", r.Case, r.Outcome)
 	}
