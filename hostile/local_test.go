@@ -205,7 +205,28 @@ func TestHostileLocalGVisor(t *testing.T) {
 	sandboxestest.Require(t, os.Geteuid() == 0, "root (isolation gvisor on the local variant runs runsc as root)")
 	cfg := localCfg()
 	cfg.Isolation = sandboxes.IsolationGVisor
-	hostile.Run(t, cfg, localOptions())
+	o := localOptions()
+	o.UserSpaceKernel = true
+	o.HostCPU = func(t *testing.T, sb *sandboxes.Sandbox) time.Duration {
+		// cpuacct.usage (v1, ns) or cpu.stat's usage_usec (v2) of the
+		// cgroup runsc put the whole gVisor sandbox in.
+		for _, d := range readRec(t, rt, sb.ID()).Cgroups {
+			if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+				var ns int64
+				fmt.Sscan(string(b), &ns)
+				return time.Duration(ns)
+			}
+			if b, err := os.ReadFile(filepath.Join(d, "cpu.stat")); err == nil {
+				var us int64
+				if _, err := fmt.Sscanf(string(b), "usage_usec %d", &us); err == nil {
+					return time.Duration(us) * time.Microsecond
+				}
+			}
+		}
+		t.Fatalf("sandbox %s: no cgroup with CPU accounting in its record", sb.ID())
+		return 0
+	}
+	hostile.Run(t, cfg, o)
 	for _, r := range hostile.Results() {
 		t.Logf("%-60s %s", r.Case, r.Outcome)
 	}

@@ -28,7 +28,8 @@ import (
 
 // Paths inside the container.
 const (
-	// RunDir is the root-owned directory the host binds in: ConfigFile
+	// RunDir is the root-owned directory the docker variant binds in
+	// (Run's runDir): ConfigFile
 	// (removed once read) and SocketFile.
 	RunDir     = "/run/code-sandboxes"
 	ConfigFile = "config.json"
@@ -67,18 +68,19 @@ func fail(name, format string, a ...any) int {
 	return 1
 }
 
-// Run is the container's init (name says which in messages). It starts as uid 0 with only the
+// Run is the container's init (name says which in messages; runDir is
+// where its config and socket are). It starts as uid 0 with only the
 // capabilities to change its ids (the container drops every other one and
 // sets no_new_privs), takes its config and opens its socket while it still
 // owns the root-owned run directory, then becomes the sandbox user for good
 // before any user code can run.
-func Run(name string) int {
+func Run(name, runDir string) int {
 	// The role is only meaningful as a container's init: refuse to drop
 	// privileges or open sockets anywhere else (a leaked env var on a host).
 	if os.Getpid() != 1 {
 		return fail(name, "this role runs only as a container's init (PID 1); it is started by the docker variant or by the local variant under gVisor")
 	}
-	cfgPath := filepath.Join(RunDir, ConfigFile)
+	cfgPath := filepath.Join(runDir, ConfigFile)
 	cfg, err := readConfig(cfgPath)
 	if err != nil {
 		return fail(name, "reading %s: %v", cfgPath, err)
@@ -87,7 +89,7 @@ func Run(name string) int {
 	if err := os.Remove(cfgPath); err != nil {
 		return fail(name, "removing %s: %v", cfgPath, err)
 	}
-	sock := filepath.Join(RunDir, SocketFile)
+	sock := filepath.Join(runDir, SocketFile)
 	_ = os.Remove(sock)
 	// The token is the authentication; the mode keeps user code from even
 	// connecting where the host allows (see SocketMode). The directory stays
@@ -104,8 +106,14 @@ func Run(name string) int {
 	if err != nil {
 		return fail(name, "listen on %s: %v", sock, err)
 	}
-	if st, err := os.Stat(sock); err != nil || st.Mode().Perm() != mode {
-		if err := os.Chmod(sock, mode); err != nil && !privateDir(RunDir) {
+	if st, serr := os.Stat(sock); serr != nil || st.Mode().Perm() != mode {
+		// gVisor (runsc --host-uds=create) can neither stat nor chmod a
+		// host socket it created: the umask above gave it its mode, and
+		// the host side sees to it (the docker variant chmods it; the
+		// local variant's run directory is root's alone).
+		err := os.Chmod(sock, mode)
+		gvisorHostSocket := serr != nil && errors.Is(err, syscall.EPERM)
+		if err != nil && !gvisorHostSocket && !privateDir(runDir) {
 			return fail(name, "chmod %s: %v", sock, err)
 		}
 	}

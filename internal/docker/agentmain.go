@@ -38,7 +38,7 @@ type agentConfig = ctragent.Config
 func Main() {
 	switch os.Getenv(roleEnv) {
 	case roleAgent:
-		os.Exit(ctragent.Run("docker agent"))
+		os.Exit(ctragent.Run("docker agent", runInContainer))
 	case roleNetwork:
 		os.Exit(runNetwork())
 	}

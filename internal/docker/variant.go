@@ -87,7 +87,8 @@ func (Variant) Name() string { return "docker" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
+		Isolations: []string{isolationGVisor}}
 }
 
 // Environments implements driver.Variant: the store's named builds (host
@@ -210,6 +211,9 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
+	if opts.Runtime, err = runtimeFor(spec, opts); err != nil {
+		return nil, err
+	}
 	agentPath, err := agentBinary(opts.AgentPath)
 	if err != nil {
 		return nil, err
@@ -234,6 +238,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 			eng.Close()
 		}
 	}()
+	if spec.Isolation == isolationGVisor {
+		if err := eng.checkGVisorRuntime(ctx, opts.Runtime); err != nil {
+			return nil, err
+		}
+	}
 	rt := runtimeDir()
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
@@ -425,6 +434,14 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	inst = newInstance(e, ls.id, containerID, ls.dir, ls.token, pid)
 	if err := inst.waitHealthy(ctx, startTimeout, waitRes); err != nil {
 		return nil, withLog(fmt.Errorf("create docker sandbox: %w", err))
+	}
+	if acfg.SocketMode != 0 {
+		// Under gVisor the agent can't verify its socket's mode (runsc
+		// neither stats nor chmods a host socket it created): the host
+		// side makes sure.
+		if err := os.Chmod(filepath.Join(run, socketFile), acfg.SocketMode); err != nil {
+			return nil, fmt.Errorf("create docker sandbox: the agent's socket: %w", err)
+		}
 	}
 	return inst, nil
 }

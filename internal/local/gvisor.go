@@ -57,8 +57,15 @@ const (
 	// gvisorDir is the gVisor sandbox's part of the sandbox directory: the
 	// OCI bundle, runsc's state and the agent's run directory.
 	gvisorDir = "gvisor"
-	// agentInGVisor is where the agent binary is bound inside.
+	// agentInGVisor is where the agent binary is bound inside, and
+	// runInGVisor its run directory (config and socket; root's, 0700).
+	// Not under /run: the sandbox has no /run, as under namespaces.
 	agentInGVisor = "/.code-sandboxes-agent"
+	runInGVisor   = "/.code-sandboxes-run"
+	// gvisorPidsOverhead is added to the pids limit of the cgroup runsc
+	// puts the whole sandbox in: it counts gVisor's own threads (the
+	// Sentry's, the gofer's) besides the sandbox's tasks.
+	gvisorPidsOverhead = 128
 )
 
 // findRunsc returns the runsc binary to use.
@@ -289,7 +296,7 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 			names = append(names, e.Name())
 		}
 	}
-	reserved := map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "home": true, "files": true, "run": true}
+	reserved := map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "home": true, "files": true, runInGVisor[1:]: true, agentInGVisor[1:]: true}
 	for _, name := range names {
 		if reserved[name] {
 			continue
@@ -335,7 +342,7 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 		}
 		bindRO(f, "/etc/"+name)
 	}
-	for _, d := range []string{"proc", "dev", "sys", "tmp", "home", "files", "run", "run/code-sandboxes"} {
+	for _, d := range []string{"proc", "dev", "sys", "tmp", "home", "files", runInGVisor[1:]} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -362,10 +369,11 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 		return isolate.TmpfsSize(def, r.Memory)
 	}
 	tmpfs("/tmp", size(spec.TmpSize, isolate.DefaultTmpSize), "1777", false)
+	tmpfs("/dev/shm", 64<<20, "1777", false) // as under namespaces
 	tmpfs("/home/user", size(spec.Home, isolate.DefaultHomeSize), "755", true)
 	tmpfs("/files", isolate.TmpfsSize(isolate.DefaultFilesSize, r.Memory), "755", true)
 	mounts = append(mounts,
-		specs.Mount{Destination: ctragent.RunDir, Type: "bind", Source: run, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		specs.Mount{Destination: runInGVisor, Type: "bind", Source: run, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		specs.Mount{Destination: agentInGVisor, Type: "bind", Source: spec.Exe, Options: []string{"bind", "ro", "nosuid", "nodev"}})
 
 	// An empty bounding set from the start (nothing can be gained through
@@ -403,7 +411,7 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 		s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
 	}
 	if r.Pids > 0 {
-		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: r.Pids}
+		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: r.Pids + gvisorPidsOverhead}
 	}
 	return s, nil
 }
@@ -427,7 +435,7 @@ func gvisorCgroups(pid int) []string {
 			continue
 		}
 		for _, c := range strings.Split(ctl, ",") {
-			if c == "memory" || c == "cpu" || c == "pids" {
+			if c == "memory" || c == "cpu" || c == "cpuacct" || c == "pids" {
 				out = append(out, filepath.Join("/sys/fs/cgroup", ctl, f[2]))
 				break
 			}

@@ -70,7 +70,7 @@ func Main() {
 	case roleAgent:
 		os.Exit(runAgent())
 	case roleGVisorAgent:
-		os.Exit(ctragent.Run("gvisor agent"))
+		os.Exit(ctragent.Run("gvisor agent", runInGVisor))
 	}
 }
 
