@@ -3,8 +3,10 @@ package sandboxes_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +59,9 @@ func TestLocalGVisorKernel(t *testing.T) {
 	}
 	if !strings.HasSuffix(strings.TrimSpace(res.Stdout), "1000\n100") {
 		t.Fatalf("want uid 1000 gid 100 inside, got:\n%s", res.Stdout)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Isolation != "gvisor" {
+		t.Errorf("Info: isolation %q (%v), want gvisor", info.Isolation, err)
 	}
 	ex := runOut(t, sb, "import platform; platform.release()")
 	if ex.Error != nil || strings.Contains(ex.Text(), strings.TrimSpace(string(host))) {
@@ -120,4 +125,28 @@ func TestLocalGVisorNetworkUpdate(t *testing.T) {
 	testInternet(t)
 	gv := func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor }
 	checkNetworkUpdate(t, newLocal(t, func(c *sandboxes.Config) { gv(c); c.NetworkPolicy = sandboxes.NetworkAll }), newLocal(t, gv))
+}
+
+// The rootfs choice holds under gVisor: a sandbox of the python
+// environment runs on its rootfs (its /usr/bin, not the host's), on
+// gVisor's kernel, and the conformance suite passes there.
+func TestLocalGVisorEnvironment(t *testing.T) {
+	requireGVisor(t)
+	_, b := pythonEnv(t)
+	want, err := os.ReadDir(filepath.Join(b.Rootfs(), "usr/bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.ReadDir("/usr/bin")
+	if len(want) == len(host) {
+		t.Fatal("the rootfs's /usr/bin has as many entries as the host's: this test could not tell them apart")
+	}
+	cfg := pythonEnvConfig(t)
+	cfg.Isolation = sandboxes.IsolationGVisor
+	sb := newLocal(t, func(c *sandboxes.Config) { *c = cfg })
+	ex := runOut(t, sb, "import os; print(len(os.listdir('/usr/bin')), os.uname().release)")
+	if got := strings.TrimSpace(ex.Stdout()); got != fmt.Sprintf("%d 4.4.0", len(want)) {
+		t.Fatalf("in the sandbox: %q (error %v), want %d entries in /usr/bin and gVisor's 4.4.0", got, ex.Error, len(want))
+	}
+	sandboxestest.Run(t, cfg, sandboxestest.Options{Rich: true})
 }

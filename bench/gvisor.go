@@ -23,8 +23,11 @@ var onlyGVisor = flag.Bool("gvisor-only", false, "only the gVisor section (isola
 // section; flags are package variables, defined before init runs.
 func init() {
 	for _, a := range os.Args[1:] {
-		if a == "-gvisor-only" || a == "--gvisor-only" {
+		if strings.HasPrefix(a, "-gvisor-only") || strings.HasPrefix(a, "--gvisor-only") {
 			flag.Parse()
+			if !*onlyGVisor {
+				return
+			}
 			var rep strings.Builder
 			gvisorBench(context.Background(), &rep)
 			fmt.Print(rep.String())

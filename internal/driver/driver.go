@@ -117,6 +117,9 @@ type Info struct {
 	// the build id it started from.
 	Environment string `json:"environment,omitempty"`
 	BuildID     string `json:"build_id,omitempty"`
+	// Isolation is the sandbox's isolation level where it isn't the
+	// default (namespaces): "gvisor".
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Capabilities say which optional operations a variant supports; an

@@ -301,7 +301,7 @@ func infoOf(r *record) driver.Info {
 	}
 	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
 		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
-		Environment: r.Environment, BuildID: r.BuildID}
+		Environment: r.Environment, BuildID: r.BuildID, Isolation: r.Isolation}
 }
 
 func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
