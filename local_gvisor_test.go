@@ -96,6 +96,11 @@ func TestLocalGVisorRefusedWithoutRunsc(t *testing.T) {
 	if !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "runsc") {
 		t.Fatalf("Create without runsc: %v, want ErrNotSupported naming runsc", err)
 	}
+	// A variant without the level refuses it before doing anything.
+	e2b := sandboxes.Config{Variant: "e2b", Isolation: sandboxes.IsolationGVisor}
+	if _, err := sandboxes.Create(context.Background(), e2b); !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), `no isolation level "gvisor"`) {
+		t.Fatalf("e2b with isolation gvisor: %v, want ErrNotSupported", err)
+	}
 	cfg := gvisorConfig(t)
 	cfg.Isolation = "vm"
 	if _, err := sandboxes.Create(context.Background(), cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
