@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,6 +64,22 @@ const (
 	NetworkNone      = "none"
 	NetworkAll       = "all"
 	NetworkAllowlist = "allowlist"
+)
+
+// Isolation is how strongly a sandbox is kept from the host's kernel.
+type Isolation string
+
+// Isolation levels.
+const (
+	// IsolationNamespaces (the default): Linux namespaces, cgroups and a
+	// seccomp filter; the sandbox's code talks to the host's kernel.
+	IsolationNamespaces Isolation = "namespaces"
+	// IsolationGVisor runs the sandbox under gVisor (runsc): a user-space
+	// kernel between its code and the host's, so that a kernel exploit
+	// lands in gVisor's Sentry rather than on the host. Local (as root,
+	// with runsc installed) and docker (an engine with the runsc runtime)
+	// offer it; kubernetes maps it to a RuntimeClass.
+	IsolationGVisor Isolation = "gvisor"
 )
 
 // Unlimited, as Config.Memory or Config.Pids, asks for no limit at all.
@@ -130,6 +147,11 @@ type Config struct {
 	// default. The host's own addresses, loopback and link-local (cloud
 	// metadata) stay unreachable regardless.
 	AllowPrivate bool
+	// Isolation is the isolation level: IsolationNamespaces ("", the
+	// default) or IsolationGVisor. A variant that can't give the level
+	// refuses it with ErrNotSupported and the reason (never a silently
+	// weaker sandbox).
+	Isolation Isolation
 	// Packages are pip-installed at creation (gllm_tools' additional_packages)
 	// from PackageIndex (default: pip's own configuration).
 	Packages     []string
@@ -251,6 +273,13 @@ func (c Config) spec() (driver.Spec, error) {
 	case c.Pids > 0 && c.Pids < 8:
 		return bad("Pids of %d is too few to run the agent and a kernel; give at least 8", c.Pids)
 	}
+	switch Isolation(strings.ToLower(strings.TrimSpace(string(c.Isolation)))) {
+	case "", IsolationNamespaces:
+	case IsolationGVisor:
+		s.Isolation = string(IsolationGVisor)
+	default:
+		return bad("unknown Isolation %q; use namespaces or gvisor", c.Isolation)
+	}
 	if s.Network == "inherit" {
 		s.Network = ""
 	}
@@ -314,6 +343,13 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	}
 	if len(cfg.Tools) > 0 && v.Name() == "e2b" {
 		return nil, fmt.Errorf("%w: Tools need a sandbox that runs our agent (local, docker, kubernetes, or E2B's SDKs through serve); E2B's own sandboxes can't call back to the host", ErrNotSupported)
+	}
+	if levels := v.Capabilities().Isolations; spec.Isolation != "" && !slices.Contains(levels, spec.Isolation) {
+		has := "only its own default"
+		if len(levels) > 0 {
+			has = "the default and " + strings.Join(levels, ", ")
+		}
+		return nil, fmt.Errorf("%w: the %s variant has no isolation level %q (it has %s)", ErrNotSupported, spec.Variant, spec.Isolation, has)
 	}
 	inst, err := v.Create(ctx, spec)
 	if err != nil {

@@ -48,6 +48,19 @@ type Options struct {
 	// Created is called with every sandbox the suite creates (a variant's
 	// test can note host-side facts, such as pids, for Gone).
 	Created func(t *testing.T, sb *sandboxes.Sandbox)
+	// UserSpaceKernel: the sandbox's kernel is gVisor's Sentry, not the
+	// host's. What differs, and is accepted as contained: nice and
+	// oom_score_adj are the Sentry's own values (no effect on the host);
+	// tmpfs has no inode limit (empty files are Sentry memory, under the
+	// sandbox's memory limit); the host's memory limit ends the whole
+	// sandbox (the Sentry), not one kernel; code can kill the agent (the
+	// Sentry doesn't shield PID 1 from its namespace's signals), which ends
+	// only its own sandbox, reported dead and cleaned up; CPU use is
+	// measured on the host (HostCPU), the Sentry's rusage being its own.
+	UserSpaceKernel bool
+	// HostCPU returns the CPU time sb's processes used so far, measured on
+	// the host (its cgroup); nil = measured inside (getrusage).
+	HostCPU func(t *testing.T, sb *sandboxes.Sandbox) time.Duration
 	// Skip names cases not to run (a variant that cannot do them), each with
 	// its reason; they are skipped, never silently passed.
 	Skip map[string]string
@@ -680,7 +693,7 @@ for fn, name in ((lambda: os.setuid(0), 'setuid0'), (lambda: os.setgid(0), 'setg
         print(name, 'refused', type(e).__name__)
 st = open('/proc/self/status').read()
 print('caps', [l.split()[1] for l in st.splitlines() if l.startswith(('CapEff', 'CapPrm', 'CapBnd', 'CapAmb', 'CapInh'))])
-print('nnp', [l.split()[1] for l in st.splitlines() if l.startswith('NoNewPrivs')], 'seccomp', [l.split()[1] for l in st.splitlines() if l.startswith('Seccomp:')])
+print('nnp', [str(libc.prctl(39, 0, 0, 0, 0))], 'seccomp', [l.split()[1] for l in st.splitlines() if l.startswith('Seccomp:')])
 for cmd in (['unshare', '-U', '-r', 'true'], ['unshare', '-n', 'true'], ['unshare', '-m', 'true'], ['mount', '-t', 'tmpfs', 'x', '/mnt']):
     r = subprocess.run(cmd, capture_output=True, timeout=20)
     print(' '.join(cmd).replace(' ', '_'), 'ALLOWED' if r.returncode == 0 else 'refused', r.returncode)
@@ -694,7 +707,7 @@ m.write(code)
 f = ctypes.CFUNCTYPE(ctypes.c_long)(ctypes.addressof(ctypes.c_char.from_buffer(m)))
 print("int80 returned", f())
 '''], capture_output=True, timeout=20)
-    print('int80', 'refused' if r.returncode < 0 or b'returned -1' in r.stdout else 'GOT-THROUGH', r.returncode, r.stdout.strip().decode())
+    print('int80', 'refused' if r.returncode < 0 or b'returned -' in r.stdout else 'GOT-THROUGH', r.returncode, r.stdout.strip().decode())
 `
 
 func (c *suite) escalation(t *testing.T) {
@@ -710,13 +723,18 @@ func (c *suite) escalation(t *testing.T) {
 		}
 		switch {
 		case f[0] == "caps":
-			if strings.Count(l, "0000000000000000") != 5 {
+			// Five sets; four where the kernel has no ambient set (gVisor).
+			if n := strings.Count(l, "'"); n < 8 || strings.Count(l, "0000000000000000") != n/2 {
 				t.Errorf("capabilities left: %s", l)
 			}
 		case f[0] == "nnp":
 			if !strings.Contains(l, "['1'] seccomp ['2']") {
 				t.Errorf("no_new_privs/seccomp missing: %s", l)
 			}
+		case f[0] == "nice-5" && f[1] == "ALLOWED" && c.o.UserSpaceKernel:
+			// The Sentry's own scheduler priority: nothing on the host.
+			refused++
+			total++
 		case f[0] == "write-agent-mem" && f[1] == "ALLOWED":
 			total++
 			t.Errorf("BUG: user code can write the agent's memory through /proc/1/mem (the agent, PID 1, is dumpable and runs as the same uid): %s", l)
@@ -779,7 +797,9 @@ for p, v in targets.items():
 `)
 	refused := 0
 	for _, l := range strings.Split(out(ex), "\n") {
-		if strings.HasSuffix(strings.Fields(l + " x")[1], "WROTE") {
+		if strings.HasSuffix(strings.Fields(l + " x")[1], "WROTE") && c.o.UserSpaceKernel && strings.HasPrefix(l, "/proc/self/oom_score_adj") {
+			refused++ // the Sentry's own score: the host's OOM killer sees the Sentry's
+		} else if strings.HasSuffix(strings.Fields(l + " x")[1], "WROTE") {
 			t.Errorf("wrote a kernel or cgroup setting: %s", l)
 		} else if strings.Contains(l, "refused") {
 			refused++
@@ -985,6 +1005,10 @@ func (c *suite) memory(t *testing.T) {
 	}
 	sb := c.create(t, func(cfg *sandboxes.Config) { cfg.Memory = 256 << 20 })
 	start := time.Now()
+	if c.o.UserSpaceKernel {
+		c.wholeSandboxBomb(t, sb, "b = []\nwhile True: b.append(bytearray(32 << 20))", "256 MiB limit")
+		return
+	}
 	ex := py(t, sb, "b = []\nwhile True: b.append(bytearray(32 << 20))", sandboxes.WithTimeout(time.Minute))
 	d := time.Since(start)
 	if ex.Error == nil {
@@ -1022,6 +1046,24 @@ os.remove('/tmp/m')`, sandboxes.WithTimeout(time.Minute))
 	record(t, "256 MiB limit: bomb ended as %s (%s) after %s; tmpfs fill under the limit: %s; sandbox answers", ex.Error.Name, firstLine(ex.Error.Value), d.Round(time.Millisecond), how)
 }
 
+// wholeSandboxBomb: under a user-space kernel a memory bomb may end the
+// kernel (KernelDied) or the whole sandbox, which must then be reported
+// dead and leave nothing behind; the host's memory stays bounded either way.
+func (c *suite) wholeSandboxBomb(t *testing.T, sb *sandboxes.Sandbox, code, what string) {
+	start := time.Now()
+	ex, err := sb.RunCode(ctxT(t, 2*time.Minute), code, sandboxes.WithTimeout(time.Minute))
+	d := time.Since(start).Round(time.Millisecond)
+	switch {
+	case err == nil && ex.Error == nil:
+		t.Fatal("memory bomb not stopped")
+	case err == nil:
+		alive(t, sb, "a memory bomb")
+		record(t, "%s: bomb ended as %s after %s; sandbox answers", what, ex.Error.Name, d)
+	default:
+		record(t, "%s: bomb ended the whole sandbox after %s (%s)", what, d, answersOrDead(t, sb, c.o))
+	}
+}
+
 func (c *suite) pids(t *testing.T) {
 	if !c.o.Limits {
 		t.Skip("the variant does not enforce Pids")
@@ -1029,12 +1071,24 @@ func (c *suite) pids(t *testing.T) {
 	sb := c.create(t, func(cfg *sandboxes.Config) { cfg.Pids = 64; cfg.CPU = 0.5 })
 	start := time.Now()
 	// A real fork bomb, bounded by a timeout: it must stay inside the
-	// pids limit and leave the agent and the kernel working.
-	ex := py(t, sb, `import os, time, subprocess
+	// pids limit and leave the agent and the kernel working (under a
+	// user-space kernel the host's pids limit on its tasks may end the
+	// whole sandbox instead: reported dead, nothing left).
+	const bomb = `import os, time, subprocess
 p = subprocess.Popen(['bash', '-c', 'b(){ b | b & }; b'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(3)
 n = len([d for d in os.listdir('/proc') if d.isdigit()])
-print(n)`, sandboxes.WithTimeout(30*time.Second))
+print(n)`
+	var ex *sandboxes.Execution
+	if c.o.UserSpaceKernel {
+		var err error
+		if ex, err = sb.RunCode(ctxT(t, 2*time.Minute), bomb, sandboxes.WithTimeout(30*time.Second)); err != nil {
+			record(t, "pids 64: the fork bomb ended the whole sandbox (%s)", answersOrDead(t, sb, c.o))
+			return
+		}
+	} else {
+		ex = py(t, sb, bomb, sandboxes.WithTimeout(30*time.Second))
+	}
 	var n int
 	fmt.Sscan(out(ex), &n)
 	if n > 64 || n == 0 {
@@ -1056,6 +1110,10 @@ func (c *suite) cpu(t *testing.T) {
 		t.Skip("the variant does not enforce CPU")
 	}
 	sb := c.create(t, func(cfg *sandboxes.Config) { cfg.CPU = 0.5 })
+	var before time.Duration
+	if c.o.HostCPU != nil {
+		before = c.o.HostCPU(t, sb)
+	}
 	// Two busy processes for 3 s of wall time: under a 0.5 CPU quota they
 	// get about 1.5 s of CPU between them, not 6.
 	ex := py(t, sb, `import os, time, resource
@@ -1076,6 +1134,9 @@ print(round(r.ru_utime + r.ru_stime, 2))`, sandboxes.WithTimeout(30*time.Second)
 	if _, err := fmt.Sscan(out(ex), &used); err != nil {
 		t.Fatalf("cpu probe: %q %v", ex.Stdout(), ex.Error)
 	}
+	if c.o.HostCPU != nil {
+		used = (c.o.HostCPU(t, sb) - before).Seconds()
+	}
 	if used > 2.4 {
 		t.Errorf("CPU 0.5: two burners used %.2fs of CPU in 3s (want about 1.5)", used)
 	}
@@ -1090,7 +1151,17 @@ func (c *suite) killAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	py(t, sb, "ctx_state = 1", sandboxes.InContext(other))
-	ex := py(t, sb, "import os, signal\nos.kill(-1, signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nos.kill(1, signal.SIGSTOP)\n'survived'")
+	const bomb = "import os, signal\nos.kill(-1, signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nos.kill(1, signal.SIGSTOP)\n'survived'"
+	var ex *sandboxes.Execution
+	if c.o.UserSpaceKernel {
+		var err error
+		if ex, err = sb.RunCode(ctxT(t, time.Minute), bomb); err != nil {
+			record(t, "kill -9 1 from inside ended the agent, and with it only this sandbox (%s)", answersOrDead(t, sb, c.o))
+			return
+		}
+	} else {
+		ex = py(t, sb, bomb)
+	}
 	if ex.Text() != "survived" {
 		t.Errorf("kill -9 -1: %q %v", ex.Text(), ex.Error)
 	}
@@ -1268,8 +1339,11 @@ for name, fn in attempts:
         fn(); print(name, 'ALLOWED')
     except (OSError, ValueError) as e:
         print(name, 'refused', errno.errorcode.get(getattr(e, 'errno', 0) or 0, type(e).__name__))
-lim = [l for l in open('/proc/1/limits') if l.startswith('Max open files')][0].split()
-print('agent-nofile', lim[3], lim[4])
+try:
+    lim = [l for l in open('/proc/1/limits') if l.startswith('Max open files')][0].split()
+    print('agent-nofile', lim[3], lim[4])
+except FileNotFoundError:
+    print('agent-nofile', 'unknown', 'unknown')  # gVisor has no /proc/PID/limits
 print('agent-nice', open('/proc/1/stat').read().rsplit(')', 1)[1].split()[16])
 os.setpriority(os.PRIO_PROCESS, 0, 5)
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -1334,7 +1408,9 @@ for d, cap in (('/dev', 20000), ('/dev/shm', 20000), ('/tmp', 150000)):
 			continue
 		}
 		n, _ := strconv.Atoi(f[1])
-		if f[2] == "none" {
+		if f[2] == "none" && c.o.UserSpaceKernel {
+			f[2] = "none (gVisor's tmpfs: Sentry memory, under the memory limit)"
+		} else if f[2] == "none" {
 			t.Errorf("%s: %d empty files created without reaching a limit", f[0], n)
 		}
 		parts = append(parts, fmt.Sprintf("%s %d then %s", f[0], n, f[2]))
@@ -1362,6 +1438,10 @@ func (c *suite) defaultMemory(t *testing.T) {
 		t.Fatalf("Config{} sandbox: memory limit %d, want the default %d (a bomb would take the host's memory)", info.Memory, int64(sandboxes.DefaultMemory))
 	}
 	start := time.Now()
+	if c.o.UserSpaceKernel {
+		c.wholeSandboxBomb(t, sb, "b = []\nwhile True: b.append(bytearray(64 << 20))", fmt.Sprintf("Config{}: %d MiB limit", info.Memory>>20))
+		return
+	}
 	ex := py(t, sb, "b = []\nwhile True: b.append(bytearray(64 << 20))", sandboxes.WithTimeout(2*time.Minute))
 	d := time.Since(start)
 	if ex.Error == nil || ex.Error.Name != "KernelDied" {

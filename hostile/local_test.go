@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -128,6 +129,10 @@ func goneErr(r rec) error {
 	if isOurs(r.AgentPid, "code-sandboxes-agent") {
 		return fmt.Errorf("agent (pid %d) still runs", r.AgentPid)
 	}
+	// Under isolation gvisor the recorded pid is gVisor's sandbox (Sentry).
+	if isOurs(r.AgentPid, "runsc-sandbox") {
+		return fmt.Errorf("gVisor sandbox (pid %d) still runs", r.AgentPid)
+	}
 	for _, d := range r.Cgroups {
 		if _, err := os.Stat(d); err == nil {
 			return fmt.Errorf("cgroup %s still exists", d)
@@ -186,6 +191,42 @@ func localOptions() hostile.Options {
 func TestHostileLocal(t *testing.T) {
 	requireLocal(t)
 	hostile.Run(t, localCfg(), localOptions())
+	for _, r := range hostile.Results() {
+		t.Logf("%-60s %s", r.Case, r.Outcome)
+	}
+}
+
+// TestHostileLocalGVisor runs the hostile-code suite on the local variant
+// under isolation gvisor (root and runsc; missing ones fail under CI=true).
+func TestHostileLocalGVisor(t *testing.T) {
+	requireLocal(t)
+	_, err := exec.LookPath("runsc")
+	sandboxestest.Require(t, err == nil, "gVisor's runsc (apt-get install runsc; make deps)")
+	sandboxestest.Require(t, os.Geteuid() == 0, "root (isolation gvisor on the local variant runs runsc as root)")
+	cfg := localCfg()
+	cfg.Isolation = sandboxes.IsolationGVisor
+	o := localOptions()
+	o.UserSpaceKernel = true
+	o.HostCPU = func(t *testing.T, sb *sandboxes.Sandbox) time.Duration {
+		// cpuacct.usage (v1, ns) or cpu.stat's usage_usec (v2) of the
+		// cgroup runsc put the whole gVisor sandbox in.
+		for _, d := range readRec(t, rt, sb.ID()).Cgroups {
+			if b, err := os.ReadFile(filepath.Join(d, "cpuacct.usage")); err == nil {
+				var ns int64
+				fmt.Sscan(string(b), &ns)
+				return time.Duration(ns)
+			}
+			if b, err := os.ReadFile(filepath.Join(d, "cpu.stat")); err == nil {
+				var us int64
+				if _, err := fmt.Sscanf(string(b), "usage_usec %d", &us); err == nil {
+					return time.Duration(us) * time.Microsecond
+				}
+			}
+		}
+		t.Fatalf("sandbox %s: no cgroup with CPU accounting in its record", sb.ID())
+		return 0
+	}
+	hostile.Run(t, cfg, o)
 	for _, r := range hostile.Results() {
 		t.Logf("%-60s %s", r.Case, r.Outcome)
 	}

@@ -47,6 +47,7 @@ fi
 log=$(mktemp /tmp/with-dockerd.XXXXXX.log)
 pidfile=$(mktemp -u /tmp/with-dockerd.XXXXXX.pid)
 dpid=""
+conf="" # our daemon.json (gVisor's runtime), removed at exit
 
 stop_dockerd() {
   [ -n "$dpid" ] || return 0
@@ -86,6 +87,7 @@ on_exit() {
     done
   fi
   stop_dockerd
+  [ -n "$conf" ] && rm -f "$conf"
   # Keep the engine's log only when something failed.
   if [ "$rc" -eq 0 ]; then
     rm -f "$log"
@@ -119,12 +121,31 @@ start_dockerd() {
   return 2
 }
 
+# gVisor: with runsc installed, the engine gets it as the runtime "runsc"
+# (isolation gvisor on the docker variant). --host-uds=create lets the
+# agent create its socket in the directory bound in from the host, where the
+# docker variant connects; --network=none: the docker variant gives gVisor
+# sandboxes no network, and runsc's own network stack fails to start under
+# Debian's dockerd here. dockerd takes runtime arguments only from a
+# config file: one of ours, unless the machine has its own (then add the
+# runtime there).
+extra=()
+if command -v runsc >/dev/null; then
+  if [ -e /etc/docker/daemon.json ]; then
+    echo "with-dockerd: /etc/docker/daemon.json exists; not registering runsc (add \"runtimes\": {\"runsc\": {\"path\": \"$(command -v runsc)\", \"runtimeArgs\": [\"--host-uds=create\", \"--network=none\"]}} there for isolation gvisor)" >&2
+  else
+    conf=$(mktemp /tmp/with-dockerd.XXXXXX.json)
+    printf '{"runtimes": {"runsc": {"path": "%s", "runtimeArgs": ["--host-uds=create", "--network=none"]}}}\n' "$(command -v runsc)" >"$conf"
+    extra=(--config-file "$conf")
+  fi
+fi
+
 echo "with-dockerd: no Docker engine answers; starting dockerd (log: $log)" >&2
-start_dockerd
+start_dockerd "${extra[@]}"
 st=$?
 if [ $st -eq 1 ] && grep -qiE 'iptables|NAT chain' "$log"; then
   echo "with-dockerd: dockerd failed on iptables; retrying with --iptables=false --ip-masq=false (containers reach the host, not beyond)" >&2
-  start_dockerd --iptables=false --ip-masq=false
+  start_dockerd "${extra[@]}" --iptables=false --ip-masq=false
   st=$?
 fi
 if [ $st -ne 0 ]; then

@@ -41,11 +41,12 @@ type common struct {
 	env         []string
 	runtimeDir  string
 	sandbox     string // exec/repl --sandbox: an existing sandbox
+	isolation   string
 }
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -108,6 +109,7 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringArrayVar(&c.deny, "deny", nil, "with --network all: an IP or CIDR the sandbox may not reach (repeatable; 0.0.0.0/0 denies everything); --allow then lists the exceptions (allowed wins, as E2B's allowOut over denyOut)")
 	f.BoolVar(&c.allowPriv, "allow-private", false, "with --network all or allowlist: also reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
+	f.StringVar(&c.isolation, "isolation", "", "isolation level: namespaces (the default) or gvisor (gVisor's user-space kernel between the code and the host's: local as root with runsc installed, docker with the engine's runsc runtime, kubernetes through a RuntimeClass)")
 }
 
 func parseKV(list []string, what string) (map[string]string, error) {
@@ -147,7 +149,7 @@ func parseSize(s string) (int64, error) {
 
 func (c *common) config() (sandboxes.Config, error) {
 	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
-		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
+		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Isolation: sandboxes.Isolation(c.isolation), Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
 	var err error
 	if cfg.Tags, err = parseKV(c.tags, "tag"); err != nil {
 		return cfg, err

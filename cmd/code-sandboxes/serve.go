@@ -26,7 +26,7 @@ import (
 func serveCmd() *cobra.Command {
 	var (
 		listen, apiKey, keyFile, runtimeDir, network, memory, variant string
-		totalMemory, metricsToken, logFormat                          string
+		totalMemory, metricsToken, logFormat, isolation               string
 		cpu, totalCPU                                                 float64
 		maxSandboxes, createsPerMinute                                int
 		maxTimeout                                                    time.Duration
@@ -132,7 +132,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				// E2B's lifetime is its timeout, extended only by
 				// setTimeout: no idle timeout behind serve.
 				Config: sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
-					Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
+					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:      network,
@@ -186,6 +186,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&keyFile, "api-key-file", "", "file of API keys: one a line, `key [team] [quota=value…]` (# comments allowed; mode 600); re-read on SIGHUP")
 	f.StringVar(&apiKey, "api-key", "", "accepted API key of the team \"default\", e2b_<hex> (default $E2B_API_KEY, else generated and printed)")
 	f.StringVar(&runtimeDir, "runtime-dir", "", "local variant: where sandbox records live (default $CODE_SANDBOXES_RUNTIME_DIR, /run/code-sandboxes or $XDG_RUNTIME_DIR)")
+	f.StringVar(&isolation, "isolation", "", "isolation level of every sandbox: namespaces (the default) or gvisor (gVisor's user-space kernel: local as root with runsc, docker with the engine's runsc runtime, kubernetes through a RuntimeClass)")
 	f.StringVar(&network, "default-network", sandboxes.NetworkNone, "network of sandboxes created without allowInternetAccess: none or all")
 	f.StringVar(&memory, "memory", "1G", "memory limit of every sandbox, e.g. 512M or 2G (a team's memory= quota overrides it)")
 	f.Float64Var(&cpu, "cpu", 1, "CPU limit of every sandbox, in cores (a team's cpu= quota overrides it)")

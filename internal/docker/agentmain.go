@@ -1,23 +1,9 @@
 package docker
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
-	"unsafe"
 
-	"github.com/code-sandboxes/code-sandboxes/internal/agent"
-	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 )
 
 // The re-executed binary's role, chosen by roleEnv (the variable the local
@@ -27,12 +13,13 @@ const (
 	roleAgent = "docker-agent"
 )
 
-// Paths inside the container.
+// Paths inside the container (the agent is internal/ctragent, shared with
+// the local variant's gVisor sandboxes).
 const (
 	agentInContainer = "/usr/local/libexec/code-sandboxes-agent"
-	runInContainer   = "/run/code-sandboxes"
-	configFile       = "config.json"
-	socketFile       = "agent.sock"
+	runInContainer   = ctragent.RunDir
+	configFile       = ctragent.ConfigFile
+	socketFile       = ctragent.SocketFile
 )
 
 // The sandbox contract's user (DESIGN §4).
@@ -41,26 +28,8 @@ const (
 	sandboxGID = 100
 )
 
-// agentConfig is what the host hands the agent, in run/config.json (the
-// same fields as the local variant's; not the environment, which user code
-// could read in /proc/1/environ).
-type agentConfig struct {
-	ID       string            `json:"id"`
-	Token    string            `json:"token"`
-	Python   string            `json:"python"`
-	Workdir  string            `json:"workdir"`
-	Env      map[string]string `json:"env"`
-	Lifetime time.Duration     `json:"lifetime"`
-	// IdleTimeout ends the sandbox after this long unused (0 = never).
-	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
-	// NoPrewarm leaves the default kernel to start on first use.
-	NoPrewarm bool `json:"no_prewarm,omitempty"`
-	// SocketMode is the agent socket's mode: 0600 when the host side is
-	// root (who connects whatever the owner), so code in the sandbox can't
-	// even connect; 0 = 0666, for callers that aren't root (the token is
-	// then the only gate, as it always is for everything but /health).
-	SocketMode os.FileMode `json:"socket_mode,omitempty"`
-}
+// agentConfig is what the host hands the agent, in run/config.json.
+type agentConfig = ctragent.Config
 
 // Main runs the container agent when this process was started as one (the
 // env var roleEnv says so) and exits; it returns normally otherwise. The
@@ -69,229 +38,10 @@ type agentConfig struct {
 func Main() {
 	switch os.Getenv(roleEnv) {
 	case roleAgent:
-		os.Exit(runAgent())
+		os.Exit(ctragent.Run("docker agent", runInContainer))
 	case roleNetwork:
 		os.Exit(runNetwork())
 	}
 }
 
-func agentFail(format string, a ...any) int {
-	fmt.Fprintf(os.Stderr, "code-sandboxes docker agent: "+format+"\n", a...)
-	return 1
-}
-
-// runAgent is the container's init. It starts as uid 0 with only the
-// capabilities to change its ids (the container drops every other one and
-// sets no_new_privs), takes its config and opens its socket while it still
-// owns the root-owned run directory, then becomes the sandbox user for good
-// before any user code can run.
-func runAgent() int {
-	// The role is only meaningful as a container's init: refuse to drop
-	// privileges or open sockets anywhere else (a leaked env var on a host).
-	if os.Getpid() != 1 {
-		return agentFail("this role runs only as a container's init (PID 1); it is started by the docker variant")
-	}
-	cfgPath := filepath.Join(runInContainer, configFile)
-	cfg, err := readAgentConfig(cfgPath)
-	if err != nil {
-		return agentFail("reading %s: %v", cfgPath, err)
-	}
-	// The token must not stay readable once user code runs.
-	if err := os.Remove(cfgPath); err != nil {
-		return agentFail("removing %s: %v", cfgPath, err)
-	}
-	sock := filepath.Join(runInContainer, socketFile)
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return agentFail("listen on %s: %v", sock, err)
-	}
-	// The token is the authentication; the mode keeps user code from even
-	// connecting where the host allows (see SocketMode). The directory stays
-	// root-owned, so user code can't unlink or replace the socket.
-	mode := cfg.SocketMode.Perm()
-	if mode == 0 {
-		mode = 0o666
-	}
-	if err := os.Chmod(sock, mode); err != nil {
-		return agentFail("chmod %s: %v", sock, err)
-	}
-	if err := dropPrivileges(); err != nil {
-		return agentFail("dropping privileges: %v", err)
-	}
-	// /proc/1/{mem,environ,fd} closed to user code, which runs as our uid.
-	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
-		return agentFail("prctl(PR_SET_DUMPABLE, 0): %v", errno)
-	}
-	// The local variant's seccomp filter on top of the engine's profile,
-	// before any user code runs: the engine's default depends on its
-	// version, and Docker before 25 allows io_uring (a steady source of
-	// kernel exploits) and the whole i386 syscall table on x86-64; the
-	// hostile suite found io_uring_setup allowed on Docker 20.10. Every
-	// process user code starts inherits both filters.
-	if err := isolate.LoadSeccompAllThreads(); err != nil {
-		return agentFail("installing the seccomp filter: %v", err)
-	}
-	agent.SingleThreaded()
-	agent.IgnoreSignals()
-	// The process environment of kernels and commands is built from scratch:
-	// nothing of the container's (or the engine's) leaks in.
-	os.Clearenv()
-	for k, v := range agent.SandboxEnv(cfg.Env) {
-		os.Setenv(k, v)
-	}
-	if err := os.Chdir("/"); err != nil {
-		return agentFail("chdir /: %v", err)
-	}
-	go agent.ReapOrphans()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true})
-	srv := agent.New(agent.Config{
-		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
-		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
-		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
-	})
-	// Returning ends the container (we are its init), which the engine then
-	// removes (AutoRemove): that is how the lifetime ends a sandbox.
-	if err := srv.Serve(context.Background(), ln); err != nil {
-		return agentFail("%v", err)
-	}
-	return 0
-}
-
-func readAgentConfig(path string) (agentConfig, error) {
-	var cfg agentConfig
-	f, err := os.Open(path)
-	if err != nil {
-		return cfg, err
-	}
-	defer f.Close()
-	if err := json.NewDecoder(io.LimitReader(f, 1<<20)).Decode(&cfg); err != nil {
-		return cfg, err
-	}
-	if cfg.Token == "" {
-		return cfg, errors.New("no access token")
-	}
-	return cfg, nil
-}
-
-// dropPrivileges makes every thread of the process the sandbox user, with no
-// supplementary groups and no capability in any set. Go's syscall.Set* apply
-// to all threads (Go ≥ 1.16); moving every uid away from 0 clears the
-// permitted and effective capabilities, and no_new_privs keeps them from
-// coming back through exec. The bounding set (per thread, which the engine
-// fills with the capabilities it grants: SETUID and SETGID here) and the
-// inheritable set survive a uid change: they are emptied first, on every
-// thread, as the local variant does (hostile suite, Escalation: CapBnd was
-// 0xc0). Harmless under no_new_privs, but nothing should be left to rely on.
-func dropPrivileges() error {
-	if err := dropBoundingSet(); err != nil {
-		return err
-	}
-	if err := syscall.Setgroups([]int{}); err != nil {
-		return fmt.Errorf("setgroups([]): %w", err)
-	}
-	if err := syscall.Setgid(sandboxGID); err != nil {
-		return fmt.Errorf("setgid(%d): %w", sandboxGID, err)
-	}
-	if err := syscall.Setuid(sandboxUID); err != nil {
-		return fmt.Errorf("setuid(%d): %w", sandboxUID, err)
-	}
-	// Verify rather than trust: a half-done drop must not serve user code.
-	if syscall.Getuid() != sandboxUID || syscall.Geteuid() != sandboxUID || syscall.Getgid() != sandboxGID || syscall.Getegid() != sandboxGID {
-		return fmt.Errorf("ids after the drop: uid %d euid %d gid %d egid %d", syscall.Getuid(), syscall.Geteuid(), syscall.Getgid(), syscall.Getegid())
-	}
-	if err := syscall.Setuid(0); err == nil {
-		return errors.New("setuid(0) still succeeds after the drop")
-	}
-	if g, err := syscall.Getgroups(); err != nil || len(g) != 0 {
-		return fmt.Errorf("supplementary groups after the drop: %v %v", g, err)
-	}
-	// The inheritable set survives setuid (older engines filled it, CVE-2022-24769):
-	// lowering every set to nothing is always allowed.
-	hdr := capHeader{version: linuxCapabilityVersion3}
-	var data [2]capData
-	if _, _, errno := syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); errno != 0 {
-		return fmt.Errorf("capset(0): %w", errno)
-	}
-	// Every thread, every set: empty.
-	return checkNoCapabilities()
-}
-
-// capLast is the highest capability the kernel knows (an unknown one fails
-// PR_CAPBSET_DROP with EINVAL).
-func capLast() int {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 63
-	}
-	var n int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil || n < 0 || n > 63 {
-		return 63
-	}
-	return n
-}
-
-// dropBoundingSet empties the capability bounding set of every thread; it
-// needs CAP_SETPCAP, which the container grants for this alone (the uid
-// change clears it right after).
-func dropBoundingSet() error {
-	for c := 0; c <= capLast(); c++ {
-		_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, syscall.PR_CAPBSET_DROP, uintptr(c), 0)
-		if errno == syscall.EINVAL {
-			break // beyond what this kernel knows
-		}
-		if errno == syscall.ENOTSUP {
-			return errors.New("dropping the capability bounding set on every thread needs an agent built without cgo (CGO_ENABLED=0)")
-		}
-		if errno != 0 {
-			return fmt.Errorf("prctl(PR_CAPBSET_DROP, %d): %w", c, errno)
-		}
-	}
-	return nil
-}
-
-const linuxCapabilityVersion3 = 0x20080522
-
-type capHeader struct {
-	version uint32
-	pid     int32
-}
-
-type capData struct {
-	effective, permitted, inheritable uint32
-}
-
-// checkNoCapabilities verifies that every thread has all five capability
-// sets empty.
-func checkNoCapabilities() error {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, task := range tasks {
-		f, err := os.Open(filepath.Join("/proc/self/task", task.Name(), "status"))
-		if err != nil {
-			continue // a thread that just exited
-		}
-		sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
-		n := 0
-		for sc.Scan() {
-			for _, set := range []string{"CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"} {
-				if v, ok := strings.CutPrefix(sc.Text(), set); ok {
-					n++
-					var caps uint64
-					if _, err := fmt.Sscanf(strings.TrimSpace(v), "%x", &caps); err != nil || caps != 0 {
-						f.Close()
-						return fmt.Errorf("thread %s: %s %s after the drop (%v)", task.Name(), set, strings.TrimSpace(v), err)
-					}
-				}
-			}
-		}
-		f.Close()
-		if n != 5 {
-			return fmt.Errorf("thread %s: %d of the five capability sets found in its status", task.Name(), n)
-		}
-	}
-	return nil
-}
+func dropPrivileges() error { return ctragent.DropPrivileges() }

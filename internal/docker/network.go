@@ -71,8 +71,8 @@ func checkNetworked(spec driver.Spec) error {
 	if err != nil {
 		return err
 	}
-	if opts.Runtime != "" {
-		return fmt.Errorf("%w: network %s with runtime %q: a runtime with a network stack of its own does not see the network attached from the host; use network none with that runtime", sberr.ErrNotSupported, spec.Network, opts.Runtime)
+	if rt, _ := runtimeFor(spec, opts); rt != "" {
+		return fmt.Errorf("%w: network %s with runtime %q: a runtime with a network stack of its own does not see the network attached from the host; use network none with that runtime (or isolation gvisor on the local variant, which keeps network all and allowlist)", sberr.ErrNotSupported, spec.Network, rt)
 	}
 	return nil
 }

@@ -48,6 +48,8 @@ const (
 	labelMemory    = "code-sandboxes.memory"
 	labelCPUs      = "code-sandboxes.cpus"
 	labelPids      = "code-sandboxes.pids"
+	// labelIsolation is set for a level other than the default (gvisor).
+	labelIsolation = "code-sandboxes.isolation"
 )
 
 const (
@@ -87,7 +89,8 @@ func (Variant) Name() string { return "docker" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
+		Isolations: []string{isolationGVisor}}
 }
 
 // Environments implements driver.Variant: the store's named builds (host
@@ -210,6 +213,9 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
+	if opts.Runtime, err = runtimeFor(spec, opts); err != nil {
+		return nil, err
+	}
 	agentPath, err := agentBinary(opts.AgentPath)
 	if err != nil {
 		return nil, err
@@ -234,6 +240,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 			eng.Close()
 		}
 	}()
+	if spec.Isolation == isolationGVisor {
+		if err := eng.checkGVisorRuntime(ctx, opts.Runtime); err != nil {
+			return nil, err
+		}
+	}
 	rt := runtimeDir()
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
@@ -426,6 +437,14 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	if err := inst.waitHealthy(ctx, startTimeout, waitRes); err != nil {
 		return nil, withLog(fmt.Errorf("create docker sandbox: %w", err))
 	}
+	if acfg.SocketMode != 0 {
+		// Under gVisor the agent can't verify its socket's mode (runsc
+		// neither stats nor chmods a host socket it created): the host
+		// side makes sure.
+		if err := os.Chmod(filepath.Join(run, socketFile), acfg.SocketMode); err != nil {
+			return nil, fmt.Errorf("create docker sandbox: the agent's socket: %w", err)
+		}
+	}
 	return inst, nil
 }
 
@@ -444,6 +463,9 @@ func containerConfig(ls launchSpec) *container.Config {
 	}
 	if m := spec.Memory(); m > 0 {
 		labels[labelMemory] = strconv.FormatInt(m, 10)
+	}
+	if spec.Isolation == isolationGVisor {
+		labels[labelIsolation] = isolationGVisor
 	}
 	if spec.CPUs > 0 {
 		labels[labelCPUs] = strconv.FormatFloat(spec.CPUs, 'g', -1, 64)
@@ -688,7 +710,7 @@ func infoOf(labels map[string]string, state string, created time.Time, r *record
 	cpus, _ := strconv.ParseFloat(labels[labelCPUs], 64)
 	return driver.Info{ID: labels[labelID], Variant: "docker", Name: labels[labelName], Tags: tags, Status: status,
 		CreatedAt: created, EndAt: endOf(labels, r), Memory: mem, CPUs: cpus, Network: labels[labelNetwork],
-		Environment: labels[labelEnv], BuildID: labels[labelEnvBuild]}
+		Environment: labels[labelEnv], BuildID: labels[labelEnvBuild], Isolation: labels[labelIsolation]}
 }
 
 // sweep removes containers past their end (plus grace) or no longer

@@ -51,18 +51,22 @@ func (s Spec) PidsLimit(def int64) int64 {
 }
 
 type Spec struct {
-	Variant      string
-	Name         string
-	Tags         map[string]string
-	Environment  string
-	Lifetime     time.Duration
-	IdleTimeout  time.Duration // 0 = none
-	MemoryBytes  int64
-	CPUs         float64
-	Pids         int64
-	Env          map[string]string
-	WorkingDir   string
-	Network      string // none | all | allowlist
+	Variant     string
+	Name        string
+	Tags        map[string]string
+	Environment string
+	Lifetime    time.Duration
+	IdleTimeout time.Duration // 0 = none
+	MemoryBytes int64
+	CPUs        float64
+	Pids        int64
+	Env         map[string]string
+	WorkingDir  string
+	Network     string // none | all | allowlist
+	// Isolation is the isolation level: "" (the variant's default,
+	// namespaces), "namespaces" or "gvisor". A variant refuses a level it
+	// doesn't list in Capabilities.Isolations.
+	Isolation    string
 	AllowedHosts []string
 	AllowPrivate bool // network all/allowlist may reach the private ranges
 	// DeniedHosts (network all): IPs and CIDRs refused unless AllowedHosts
@@ -116,6 +120,9 @@ type Info struct {
 	// the build id it started from.
 	Environment string `json:"environment,omitempty"`
 	BuildID     string `json:"build_id,omitempty"`
+	// Isolation is the sandbox's isolation level where it isn't the
+	// default (namespaces): "gvisor".
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Capabilities say which optional operations a variant supports; an
@@ -127,6 +134,9 @@ type Capabilities struct {
 	Packages                                                       bool
 	// IdleTimeout: the variant ends a sandbox unused for Spec.IdleTimeout.
 	IdleTimeout bool
+	// Isolations are the isolation levels the variant offers besides its
+	// default ("namespaces"), e.g. "gvisor".
+	Isolations []string
 	// DefaultLifetime replaces the package's default lifetime (24 h) when
 	// the caller gives none: a service that caps lifetimes lower (E2B's
 	// hobby tier: 1 h) would refuse the default otherwise.

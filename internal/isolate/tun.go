@@ -136,9 +136,19 @@ func childTUN(cfg *childConfig) error {
 	return configureTUN()
 }
 
-// configureTUN gives tun0 the sandbox's addresses, brings it up and routes
-// everything that isn't loopback through it.
+// configureTUN gives tun0 the sandbox's addresses, brings it (and
+// loopback) up and routes everything that isn't loopback through it.
 func configureTUN() error {
+	// Loopback up as well: a namespace created by someone else (runsc
+	// for a gVisor sandbox with its host network) may have it down, and
+	// code in the sandbox serves on 127.0.0.1 (Host forwards there).
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("bring lo up: %w", err)
+	}
 	link, err := netlink.LinkByName(TUNName)
 	if err != nil {
 		return fmt.Errorf("find %s: %w", TUNName, err)

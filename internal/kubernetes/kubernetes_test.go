@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -230,5 +231,29 @@ func TestRBAC(t *testing.T) {
 				t.Errorf("the Role lacks %s on %s", v, res)
 			}
 		}
+	}
+}
+
+// Isolation gvisor is a RuntimeClass: "gvisor" unless Options name one.
+func TestRuntimeClassForIsolation(t *testing.T) {
+	for _, c := range []struct {
+		isolation, option, want string
+	}{{"", "", ""}, {"", "kata", "kata"}, {"gvisor", "", "gvisor"}, {"gvisor", "gvisor-kvm", "gvisor-kvm"}} {
+		got, err := runtimeClassFor(driver.Spec{Isolation: c.isolation}, Options{RuntimeClassName: c.option})
+		if err != nil || got != c.want {
+			t.Errorf("isolation %q, RuntimeClassName %q: %q %v, want %q", c.isolation, c.option, got, err, c.want)
+		}
+	}
+	if _, err := runtimeClassFor(driver.Spec{Isolation: "vm"}, Options{}); !errors.Is(err, sberr.ErrInvalidConfig) {
+		t.Errorf("isolation vm: %v, want ErrInvalidConfig", err)
+	}
+	p := testPlan()
+	p.runtimeClass = "gvisor"
+	pod := podFor(p, meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(time.Hour))
+	if rc := pod.Spec.RuntimeClassName; rc == nil || *rc != "gvisor" {
+		t.Errorf("pod RuntimeClassName %v, want gvisor", rc)
+	}
+	if pod := podFor(testPlan(), meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(time.Hour)); pod.Spec.RuntimeClassName != nil {
+		t.Errorf("pod without isolation: RuntimeClassName %q, want none", *pod.Spec.RuntimeClassName)
 	}
 }

@@ -44,7 +44,32 @@ func (Variant) Name() string { return "kubernetes" }
 // cluster not known to enforce NetworkPolicy.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
+		Isolations: []string{isolationGVisor}}
+}
+
+const (
+	isolationGVisor = "gvisor"
+	// gvisorRuntimeClass is the RuntimeClass isolation gvisor asks for
+	// when Options.RuntimeClassName names none: the name gVisor's own
+	// documentation and GKE Sandbox use.
+	gvisorRuntimeClass = "gvisor"
+)
+
+// runtimeClassFor is the pod's RuntimeClass: Options.RuntimeClassName, or
+// for isolation gvisor the class named gvisor (a cluster that lacks it
+// leaves the pod unschedulable, reported with the scheduler's reason).
+func runtimeClassFor(spec driver.Spec, k Options) (string, error) {
+	switch spec.Isolation {
+	case "", "namespaces":
+		return k.RuntimeClassName, nil
+	case isolationGVisor:
+		if k.RuntimeClassName != "" {
+			return k.RuntimeClassName, nil
+		}
+		return gvisorRuntimeClass, nil
+	}
+	return "", fmt.Errorf("%w: unknown isolation %q; use namespaces or gvisor", sberr.ErrInvalidConfig, spec.Isolation)
 }
 
 // Environments implements driver.Variant: the store's builds that can be
@@ -155,7 +180,11 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 			return nil, fmt.Errorf("%w: package %q: give a requirement such as name or name==1.2 (no options, no spaces)", sberr.ErrInvalidConfig, p)
 		}
 	}
-	p := &plan{pullPolicy: pp, runtimeClass: k.RuntimeClassName, userns: k.UserNamespaces, nodeSelector: k.NodeSelector, tolerations: tol,
+	rc, err := runtimeClassFor(spec, k)
+	if err != nil {
+		return nil, err
+	}
+	p := &plan{pullPolicy: pp, runtimeClass: rc, userns: k.UserNamespaces, nodeSelector: k.NodeSelector, tolerations: tol,
 		memory: spec.Memory(), cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0}
 	if p.workdir == "" {
 		p.workdir = "/home/user"

@@ -44,6 +44,11 @@ type record struct {
 	// BuildID pins the build (empty for host).
 	Environment string `json:"environment,omitempty"`
 	BuildID     string `json:"build_id,omitempty"`
+	// Isolation is "" (namespaces) or "gvisor"; Runsc is then the runsc
+	// that runs it (for people reading the record: a dead supervisor's
+	// sandbox is deleted with the runsc found at that time).
+	Isolation string `json:"isolation,omitempty"`
+	Runsc     string `json:"runsc,omitempty"`
 }
 
 const (

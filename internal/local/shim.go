@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
@@ -39,6 +40,10 @@ type shimSpec struct {
 	// Rootfs is the environment's root filesystem ("" = the host's system
 	// directories), the sandbox's read-only root.
 	Rootfs string `json:"rootfs,omitempty"`
+	// Runsc and Exe (the agent binary bound into the sandbox) are set
+	// with Record.Isolation gvisor.
+	Runsc string `json:"runsc,omitempty"`
+	Exe   string `json:"exe,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -68,6 +73,8 @@ func Main() {
 		os.Exit(runShim())
 	case roleAgent:
 		os.Exit(runAgent())
+	case roleGVisorAgent:
+		os.Exit(ctragent.Run("gvisor agent", runInGVisor))
 	}
 }
 
@@ -102,6 +109,9 @@ func runShim() int {
 		return 1
 	}
 
+	if spec.Record.Isolation == IsolationGVisor {
+		return runGVisorShim(spec, report, fail)
+	}
 	sock := filepath.Join(dir, socketFile)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -192,6 +202,26 @@ func runShim() int {
 		return fail(err)
 	}
 	report(shimReport{OK: true, AgentPid: proc.Pid})
+	return supervise(dir, proc, netw, func() {
+		ln.Close()
+		// Close the log before the directory goes: on a busy disk the close can
+		// block (ext4 discard), and a supervisor still alive after its
+		// directory vanished looks leaked to anyone listing sandboxes.
+		logf.Close()
+	})
+}
+
+// supervised is the sandbox the shim watches: an isolate.Process, or a
+// gVisor sandbox.
+type supervised interface {
+	Wait() (isolate.ExitInfo, error)
+	Kill() error
+	Cleanup() error
+}
+
+// supervise runs the shim once the sandbox is up: policy updates
+// (SIGUSR1), the lifetime backstop, and the cleanup when it ends.
+func supervise(dir string, proc supervised, netw *egress.Stack, closeAll func()) int {
 	// Detach from the creator's terminal for good: nothing of ours writes there.
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if devnull != nil {
@@ -257,11 +287,7 @@ func runShim() int {
 	close(done)
 	_ = proc.Kill() // whatever is left in the cgroup
 	_ = proc.Cleanup()
-	ln.Close()
-	// Close the log before the directory goes: on a busy disk the close can
-	// block (ext4 discard), and a supervisor still alive after its
-	// directory vanished looks leaked to anyone listing sandboxes.
-	logf.Close()
+	closeAll()
 	_ = os.RemoveAll(dir)
 	return 0
 }

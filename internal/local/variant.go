@@ -34,7 +34,8 @@ func (Variant) Name() string { return "local" }
 // Capabilities implements driver.Variant.
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
-		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true}
+		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
+		Isolations: []string{IsolationGVisor}}
 }
 
 // Environments implements driver.Variant: host, and the builds of the
@@ -63,7 +64,16 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if len(spec.Packages) > 0 && spec.Network == "none" {
 		return nil, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an environment that has them)", sberr.ErrInvalidConfig)
 	}
-	if err := isolate.CheckSupport(); err != nil {
+	isolation, err := isolationOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	var runsc string
+	if isolation == IsolationGVisor {
+		if runsc, err = checkGVisor(); err != nil {
+			return nil, err
+		}
+	} else if err := isolate.CheckSupport(); err != nil {
 		return nil, err
 	}
 	// After the cheap checks: this may build the environment (first use of
@@ -84,7 +94,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
 	var hostUID int
-	if os.Geteuid() == 0 {
+	if os.Geteuid() == 0 && isolation == "" {
 		if hostUID, err = allocHostUID(rt, dir); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
@@ -97,7 +107,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, DeniedHosts: spec.DeniedHosts, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
-		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID}
+		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, Isolation: isolation, Runsc: runsc}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
 	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
@@ -105,13 +115,16 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}}
-	b, _ := json.Marshal(ss)
-
 	exe, err := os.Executable()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	if isolation == IsolationGVisor {
+		ss.Runsc, ss.Exe = runsc, exe
+	}
+	b, _ := json.Marshal(ss)
+
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -288,7 +301,7 @@ func infoOf(r *record) driver.Info {
 	}
 	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
 		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
-		Environment: r.Environment, BuildID: r.BuildID}
+		Environment: r.Environment, BuildID: r.BuildID, Isolation: r.Isolation}
 }
 
 func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
@@ -420,6 +433,9 @@ func cleanupStale(dir string, r *record) {
 		if b, err := os.ReadFile("/proc/" + strconv.Itoa(r.AgentPid) + "/cmdline"); err == nil && strings.HasPrefix(string(b), "code-sandboxes-agent") {
 			_ = syscall.Kill(r.AgentPid, syscall.SIGKILL)
 		}
+	}
+	if r.Isolation == IsolationGVisor {
+		cleanupGVisor(context.Background(), dir, r)
 	}
 	removeCgroups(r.Cgroups)
 	_ = os.RemoveAll(dir)

@@ -1,0 +1,501 @@
+package local
+
+// Isolation level "gvisor": the sandbox's agent is the workload of a gVisor
+// sandbox (runsc, the OCI runtime), so that the sandbox's code talks to
+// gVisor's user-space kernel (the Sentry) instead of the host's.
+//
+// What stays the same as under namespaces: the shim supervises, the record
+// and the socket live in the sandbox's directory, the rootfs choices (the
+// host's system directories or an environment's root, read-only), the
+// contract (uid 1000/gid 100, /home/user, /tmp, /files), the limits (the
+// cgroup runsc puts the whole gVisor sandbox in) and the network: none is
+// runsc's --network=none (loopback inside the Sentry only); all and
+// allowlist put the sandbox in a network namespace of its own whose only
+// way out is tun0, read by our egress stack in the shim as under
+// namespaces, with runsc's --network=host so that gVisor uses that
+// namespace (see SECURITY.md: network calls then reach the host kernel's
+// network stack of that namespace).
+//
+// The channel: the agent (internal/ctragent, the docker variant's container
+// init) creates its socket in a root-owned directory bound in from the host
+// (runsc --host-uds=create makes it a real host socket), so the host
+// reaches it as it reaches a namespaces sandbox's socket, by path; code in
+// the sandbox, uid 1000, can neither enter that directory nor replace the
+// socket.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/egress"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+const (
+	// IsolationGVisor is the isolation level Spec.Isolation names.
+	IsolationGVisor = "gvisor"
+	// roleGVisorAgent is the agent's role inside a gVisor sandbox.
+	roleGVisorAgent = "gvisor-agent"
+	// runscEnv overrides where runsc is (default: runsc on PATH).
+	runscEnv = "CODE_SANDBOXES_RUNSC"
+	// gvisorDir is the gVisor sandbox's part of the sandbox directory: the
+	// OCI bundle, runsc's state and the agent's run directory.
+	gvisorDir = "gvisor"
+	// agentInGVisor is where the agent binary is bound inside, and
+	// runInGVisor its run directory (config and socket; root's, 0700).
+	// Not under /run: the sandbox has no /run, as under namespaces.
+	agentInGVisor = "/.code-sandboxes-agent"
+	runInGVisor   = "/.code-sandboxes-run"
+	// gvisorPidsOverhead is added to the pids limit of the cgroup runsc
+	// puts the whole sandbox in: it counts gVisor's own threads (the
+	// Sentry's, the gofer's) besides the sandbox's tasks.
+	gvisorPidsOverhead = 128
+)
+
+// findRunsc returns the runsc binary to use.
+func findRunsc() (string, error) {
+	if p := os.Getenv(runscEnv); p != "" {
+		if st, err := os.Stat(p); err != nil || st.IsDir() {
+			return "", fmt.Errorf("%w: %s=%s is not a runsc binary", sberr.ErrNotSupported, runscEnv, p)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath("runsc")
+	if err != nil {
+		return "", fmt.Errorf("%w: isolation gvisor needs gVisor's runsc on PATH (Debian/Ubuntu: apt-get install runsc; or set %s to its path)", sberr.ErrNotSupported, runscEnv)
+	}
+	return p, nil
+}
+
+// checkGVisor refuses isolation gvisor where it can't be given, with the
+// reason, and returns the runsc to use.
+func checkGVisor() (string, error) {
+	if os.Geteuid() != 0 {
+		return "", fmt.Errorf("%w: isolation gvisor on the local variant needs root (runsc creates the sandbox's namespaces and cgroup as root); run as root, or use isolation namespaces", sberr.ErrNotSupported)
+	}
+	return findRunsc()
+}
+
+// gvisorSandbox is a running gVisor sandbox, as the shim supervises it.
+type gvisorSandbox struct {
+	runsc, root, id string
+	// flags are runsc's global flags, the same on every command (runsc
+	// reads its configuration from them each time).
+	flags    []string
+	pid      int
+	tun      *os.File
+	cgroups  []string
+	waitCmd  *exec.Cmd
+	waitOnce sync.Once
+	waitErr  error
+}
+
+// runscCmd is one runsc command on this sandbox's state directory.
+func (g *gvisorSandbox) runscCmd(args ...string) *exec.Cmd {
+	a := append([]string{"--root", g.root}, g.flags...)
+	cmd := exec.Command(g.runsc, append(a, args...)...)
+	// runsc's own environment: nothing of ours (the shim spec) goes in.
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	return cmd
+}
+
+// startGVisor writes the OCI bundle and starts the gVisor sandbox; it
+// returns once the agent runs (not necessarily serving yet).
+// beforeStart runs between runsc create and start, with the host end of
+// tun0 (network all and allowlist; nil otherwise).
+func startGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) error) (_ *gvisorSandbox, err error) {
+	r := spec.Record
+	base := filepath.Join(spec.Dir, gvisorDir)
+	bundle := filepath.Join(base, "bundle")
+	rootfs := filepath.Join(bundle, "rootfs")
+	run := filepath.Join(base, "run")
+	etc := filepath.Join(base, "etc")
+	for _, d := range []string{base, bundle, rootfs, run, etc, filepath.Join(base, "state")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	// The root and the files bound into it must be readable by the
+	// sandbox's user; run stays 0700 root (the agent's socket and config).
+	for _, d := range []string{base, bundle, rootfs, etc} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24]}
+
+	acfg := ctragent.Config{ID: spec.Agent.ID, Token: spec.Agent.Token, Python: spec.Agent.Python, Workdir: spec.Agent.Workdir,
+		Env: spec.Agent.Env, Lifetime: spec.Agent.Lifetime, IdleTimeout: spec.Agent.IdleTimeout, NoPrewarm: spec.Agent.NoPrewarm,
+		// The host side is root: code in the sandbox can't even connect.
+		SocketMode: 0o600}
+	b, _ := json.Marshal(acfg)
+	if err := os.WriteFile(filepath.Join(run, ctragent.ConfigFile), b, 0o600); err != nil {
+		return nil, err
+	}
+	oci, err := gvisorSpec(spec, rootfs, run, etc)
+	if err != nil {
+		return nil, err
+	}
+	b, err = json.MarshalIndent(oci, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return nil, err
+	}
+
+	network := "none"
+	if r.Network != "none" {
+		network = "host" // in the namespace of its own that tun0 is attached to
+	}
+	g.flags = []string{"--network=" + network, "--host-uds=create"}
+	pidFile := filepath.Join(base, "pid")
+	create := g.runscCmd("create", "--bundle", bundle, "--pid-file", pidFile, g.id)
+	// The agent's output (its stdio is runsc create's) goes to agent.log.
+	create.Stdout, create.Stderr = logf, logf
+	if err := create.Run(); err != nil {
+		return nil, fmt.Errorf("runsc create: %w ", err)
+	}
+	defer func() {
+		if err != nil {
+			g.destroy()
+		}
+	}()
+	pb, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil, err
+	}
+	if g.pid, err = strconv.Atoi(strings.TrimSpace(string(pb))); err != nil || g.pid <= 0 {
+		return nil, fmt.Errorf("runsc create: bad pid file %q", pb)
+	}
+	if r.Network != "none" {
+		// Before start: the agent must never see a network without our
+		// stack behind it.
+		if g.tun, err = isolate.AttachTUN(g.pid); err != nil {
+			return nil, fmt.Errorf("attach the sandbox's network: %w", err)
+		}
+	}
+	g.cgroups = gvisorCgroups(g.pid)
+	if err := beforeStart(g.tun); err != nil {
+		return nil, err
+	}
+	g.tun = nil // beforeStart owns it now
+	start := g.runscCmd("start", g.id)
+	start.Stdout, start.Stderr = logf, logf
+	if err := start.Run(); err != nil {
+		return nil, fmt.Errorf("runsc start: %w ", err)
+	}
+	g.waitCmd = g.runscCmd("wait", g.id)
+	if err := g.waitCmd.Start(); err != nil {
+		return nil, fmt.Errorf("runsc wait: %w", err)
+	}
+	return g, nil
+}
+
+// runGVisorShim is runShim for isolation gvisor.
+func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int) int {
+	dir := spec.Dir
+	r := spec.Record
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	defer logf.Close()
+	var netw *egress.Stack
+	g, err := startGVisor(spec, logf, func(tun *os.File) error {
+		if tun == nil {
+			return nil
+		}
+		runtime.GOMAXPROCS(2) // the network stack works on packets while the sandbox talks
+		var err error
+		netw, err = startNetwork(dir, &r, tun)
+		return err
+	})
+	if err != nil {
+		if netw != nil {
+			netw.Close()
+		}
+		if log := tail(filepath.Join(dir, "agent.log"), 2048); log != "" {
+			err = fmt.Errorf("%w; runsc said: %s", err, log)
+		}
+		return fail(err)
+	}
+	if netw != nil {
+		defer netw.Close()
+	}
+	// The host reaches the agent where a namespaces sandbox's socket is.
+	if err := os.Symlink(filepath.Join(gvisorDir, "run", ctragent.SocketFile), filepath.Join(dir, socketFile)); err != nil {
+		_ = g.Kill()
+		_ = g.Cleanup()
+		return fail(err)
+	}
+	r.ShimPid = os.Getpid()
+	r.ShimStart = procStart(os.Getpid())
+	r.AgentPid = g.pid
+	r.Cgroups = g.cgroups
+	if err := writeRecord(dir, &r); err != nil {
+		_ = g.Kill()
+		_ = g.Cleanup()
+		return fail(err)
+	}
+	report(shimReport{OK: true, AgentPid: g.pid})
+	return supervise(dir, g, netw, func() { logf.Close() })
+}
+
+// gvisorSpec is the OCI runtime spec of the sandbox: the agent as uid 0
+// with only the capabilities to become the sandbox user (ctragent drops
+// them), no_new_privs, a read-only root built from the same entries as
+// under namespaces, the contract's tmpfs mounts and the limits.
+func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
+	r := spec.Record
+	hostname := "sandbox"
+	files := map[string]string{
+		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
+			"user:x:1000:100:user:/home/user:/bin/bash\n" +
+			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":    "root:x:0:\nusers:x:100:user\nnogroup:x:65534:\n",
+		"hostname": hostname + "\n",
+		"hosts":    "127.0.0.1\tlocalhost " + hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+	}
+	if r.Network != "none" {
+		files["resolv.conf"] = "nameserver " + isolate.TUNGatewayIPv4 + "\nnameserver " + isolate.TUNGatewayIPv6 + "\n"
+	}
+	var mounts []specs.Mount
+	bindRO := func(src, dst string) {
+		mounts = append(mounts, specs.Mount{Destination: dst, Type: "bind", Source: src, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	// The root's entries: the host's system directories, or every
+	// top-level entry of the environment's rootfs but the contract's own.
+	src := spec.Rootfs
+	var names []string
+	if src == "" {
+		src = "/"
+		names = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"}
+	} else {
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			return nil, fmt.Errorf("rootfs %s: %w", src, err)
+		}
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	reserved := map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "home": true, "files": true, runInGVisor[1:]: true, agentInGVisor[1:]: true}
+	for _, name := range names {
+		if reserved[name] {
+			continue
+		}
+		p := filepath.Join(src, name)
+		st, err := os.Lstat(p)
+		if err != nil {
+			continue // absent on this host (lib32, libx32)
+		}
+		dst := filepath.Join(rootfs, name)
+		switch {
+		case st.Mode()&os.ModeSymlink != 0:
+			// Merged /usr: /bin -> usr/bin resolves inside the root.
+			t, err := os.Readlink(p)
+			if err != nil {
+				return nil, err
+			}
+			if err := os.Symlink(t, dst); err != nil {
+				return nil, err
+			}
+			continue
+		case st.IsDir():
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return nil, err
+			}
+		case st.Mode().IsRegular():
+			if err := os.WriteFile(dst, nil, 0o644); err != nil {
+				return nil, err
+			}
+		default:
+			continue
+		}
+		bindRO(p, "/"+name)
+	}
+	// The contract's /etc files over the root's, where it has them.
+	for name, content := range files {
+		if _, err := os.Stat(filepath.Join(src, "etc", name)); err != nil {
+			continue
+		}
+		f := filepath.Join(etc, name)
+		if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+		bindRO(f, "/etc/"+name)
+	}
+	for _, d := range []string{"proc", "dev", "sys", "tmp", "home", "files", runInGVisor[1:]} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, agentInGVisor), nil, 0o755); err != nil {
+		return nil, err
+	}
+	mounts = append([]specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc"},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}, mounts...)
+	tmpfs := func(dst string, size int64, mode string, owner bool) {
+		o := []string{"nosuid", "nodev", "mode=" + mode, "size=" + strconv.FormatInt(size, 10)}
+		if owner {
+			o = append(o, fmt.Sprintf("uid=%d", isolate.SandboxUID), fmt.Sprintf("gid=%d", isolate.SandboxGID))
+		}
+		mounts = append(mounts, specs.Mount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: o})
+	}
+	size := func(v, def int64) int64 {
+		if v > 0 {
+			return v
+		}
+		return isolate.TmpfsSize(def, r.Memory)
+	}
+	tmpfs("/tmp", size(spec.TmpSize, isolate.DefaultTmpSize), "1777", false)
+	tmpfs("/dev/shm", 64<<20, "1777", false) // as under namespaces
+	tmpfs("/home/user", size(spec.Home, isolate.DefaultHomeSize), "755", true)
+	tmpfs("/files", isolate.TmpfsSize(isolate.DefaultFilesSize, r.Memory), "755", true)
+	mounts = append(mounts,
+		specs.Mount{Destination: runInGVisor, Type: "bind", Source: run, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+		specs.Mount{Destination: agentInGVisor, Type: "bind", Source: spec.Exe, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+
+	// An empty bounding set from the start (nothing can be gained through
+	// exec); the agent uses SETUID and SETGID once, to become the user.
+	caps := []string{"CAP_SETUID", "CAP_SETGID"}
+	nofile := uint64(isolate.DefaultNoFile)
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Hostname: hostname,
+		Root:     &specs.Root{Path: "rootfs", Readonly: true},
+		Process: &specs.Process{
+			User:            specs.User{UID: 0, GID: 0},
+			Args:            []string{agentInGVisor},
+			Env:             []string{roleEnv + "=" + roleGVisorAgent},
+			Cwd:             "/",
+			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: caps, Permitted: caps},
+			NoNewPrivileges: true,
+			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+		},
+		Mounts: mounts,
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}, {Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace}, {Type: specs.NetworkNamespace}},
+			CgroupsPath: "/code-sandboxes/" + "gvisor-" + dirName(r.ID)[:24],
+			Resources:   &specs.LinuxResources{},
+		},
+	}
+	if r.Memory > 0 {
+		m := r.Memory
+		s.Linux.Resources.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+	}
+	if r.CPUs > 0 {
+		period := uint64(100000)
+		quota := int64(r.CPUs * float64(period))
+		s.Linux.Resources.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if r.Pids > 0 {
+		s.Linux.Resources.Pids = &specs.LinuxPids{Limit: r.Pids + gvisorPidsOverhead}
+	}
+	return s, nil
+}
+
+// gvisorCgroups are the cgroup directories runsc put the sandbox in (for
+// Usage and for the cleanup of a dead supervisor).
+func gvisorCgroups(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || !strings.Contains(f[2], "/code-sandboxes/gvisor-") {
+			continue
+		}
+		ctl := f[1]
+		if ctl == "" {
+			out = append(out, filepath.Join("/sys/fs/cgroup", f[2])) // v2
+			continue
+		}
+		for _, c := range strings.Split(ctl, ",") {
+			if c == "memory" || c == "cpu" || c == "cpuacct" || c == "pids" {
+				out = append(out, filepath.Join("/sys/fs/cgroup", ctl, f[2]))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// Wait waits for the sandbox to end.
+func (g *gvisorSandbox) Wait() (isolate.ExitInfo, error) {
+	g.waitOnce.Do(func() { g.waitErr = g.waitCmd.Wait() })
+	return isolate.ExitInfo{}, nil
+}
+
+// Kill ends every process of the sandbox (runsc kill --all); it does not wait.
+func (g *gvisorSandbox) Kill() error {
+	out, err := g.runscCmd("kill", "--all", g.id, "KILL").CombinedOutput()
+	if err != nil && !bytes.Contains(out, []byte("not running")) {
+		// A wedged sandbox: its Sentry process is ours to end.
+		_ = syscall.Kill(g.pid, syscall.SIGKILL)
+		return fmt.Errorf("runsc kill: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// Cleanup removes what runsc keeps for the sandbox (its state, cgroup and
+// gofer).
+func (g *gvisorSandbox) Cleanup() error { g.destroy(); return nil }
+
+func (g *gvisorSandbox) destroy() {
+	if g.tun != nil {
+		g.tun.Close()
+	}
+	_ = g.runscCmd("delete", "--force", g.id).Run()
+}
+
+// cleanupGVisor is cleanupStale's part for a gVisor sandbox whose
+// supervisor died: runsc deletes what it can find in the state directory.
+func cleanupGVisor(ctx context.Context, dir string, r *record) {
+	// The runsc found now, not the record's path: a record is data, never
+	// a program to run as root.
+	runsc, err := findRunsc()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	root := filepath.Join(dir, gvisorDir, "state")
+	cmd := exec.CommandContext(ctx, runsc, "--root", root, "delete", "--force", "cs-"+dirName(r.ID)[:24])
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	_ = cmd.Run()
+}
+
+// isolationOf validates Spec.Isolation for the local variant.
+func isolationOf(spec driver.Spec) (string, error) {
+	switch spec.Isolation {
+	case "", "namespaces":
+		return "", nil
+	case IsolationGVisor:
+		return IsolationGVisor, nil
+	}
+	return "", fmt.Errorf("%w: unknown isolation %q; use namespaces or gvisor", sberr.ErrInvalidConfig, spec.Isolation)
+}
