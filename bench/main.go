@@ -76,6 +76,10 @@ func main() {
 	fmt.Fprintf(&rep, "# Benchmarks\n\nMeasured by `go run ./bench` (see `bench/main.go`) on %s, %d cores, %s, %s. ", host, runtime.NumCPU(), runtime.GOOS, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	rep.WriteString("Every number in a table comes from the same run; the machines are shared and noisy, so read the ratios.\n\n")
 
+	if *traceN > 0 {
+		check(traceColdStarts(ctx, os.Stdout, *traceN))
+		return
+	}
 	if *onlyServe {
 		rt, _ := os.MkdirTemp("", "cs-bench-")
 		defer os.RemoveAll(rt)

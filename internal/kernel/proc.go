@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 	"io"
 	"os"
 	"os/exec"
@@ -296,6 +297,7 @@ func startKernel(o *Options) (*kproc, error) {
 		}
 		return nil, fmt.Errorf("kernel: starting %s: %w", python, err)
 	}
+	trace.Mark("kernel: spawned")
 	// Under a memory limit the kernel, not the agent, is the OOM victim.
 	_ = procstat.SetOOMScoreAdj(cmd.Process.Pid, procstat.OOMScoreUserCode)
 	outW.Close()
@@ -489,6 +491,9 @@ func readFrames(f *os.File, max int, out chan<- frameItem) {
 		if err != nil {
 			out <- frameItem{err: err}
 			return
+		}
+		if trace.On() {
+			trace.Mark("kernel: frame " + fr.T)
 		}
 		out <- frameItem{f: fr}
 	}

@@ -12,10 +12,12 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
+	trace.Mark("sandbox init: inits done")
 	if err := isolate.Child(); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
 		return 1
@@ -27,6 +29,8 @@ func runAgent() int {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: prctl(PR_SET_DUMPABLE, 0):", errno)
 		return 1
 	}
+	trace.Seal()
+	trace.Mark("agent: isolated")
 	agent.SingleThreaded()
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")
@@ -58,6 +62,7 @@ func runAgent() int {
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
 	agent.IgnoreSignals()
+	trace.Mark("agent: serving")
 	ctx := context.Background()
 	if err := srv.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)

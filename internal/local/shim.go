@@ -17,6 +17,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // Roles a re-executed binary can play, chosen by the env var roleEnv.
@@ -75,6 +76,7 @@ type shimReport struct {
 }
 
 func runShim() int {
+	trace.Mark("shim: inits done")
 	// The supervisor mostly sleeps; one thread is plenty.
 	runtime.GOMAXPROCS(1)
 	ready := os.NewFile(3, "ready")
@@ -142,9 +144,17 @@ func runShim() int {
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
 	}
+	if tf := trace.File(); tf != nil {
+		// The trace fd is the agent's fd 5 (after the listener and the
+		// config); the agent seals it from its children.
+		ispec.ExtraFiles = append(ispec.ExtraFiles, tf)
+		ispec.Env = append(ispec.Env, trace.FDEnv+"=5")
+	}
+	trace.Mark("shim: listening, isolate.Start")
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.
 	proc, err := isolate.Start(context.Background(), ispec)
+	trace.Mark("shim: isolate.Start returned")
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {
@@ -183,6 +193,7 @@ func runShim() int {
 		return fail(err)
 	}
 	report(shimReport{OK: true, AgentPid: proc.Pid})
+	trace.Mark("shim: reported")
 	// Detach from the creator's terminal for good: nothing of ours writes there.
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if devnull != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // Variant is the local variant.
@@ -45,6 +46,7 @@ func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Env
 
 // Create implements driver.Variant.
 func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
+	trace.Mark("create: start")
 	opts, err := optionsOf(spec)
 	if err != nil {
 		return nil, err
@@ -122,6 +124,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	trace.Mark("create: checks done, starting the supervisor")
 	if err := cmd.Start(); err != nil {
 		readyR.Close()
 		readyW.Close()
@@ -132,8 +135,10 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	// The shim outlives us; reap it if it dies while we still run.
 	go func() { _ = cmd.Wait() }()
 
+	trace.Mark("create: supervisor started")
 	rep, err := readReport(ctx, readyR)
 	readyR.Close()
+	trace.Mark("create: supervisor reported")
 	if err != nil || !rep.OK {
 		_ = cmd.Process.Kill()
 		os.RemoveAll(dir)
@@ -154,6 +159,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		}
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
+	trace.Mark("create: healthy")
 	if len(spec.Packages) > 0 {
 		if err := pipinstall.Install(ctx, inst.c, opts.Python, spec.PackageIndex, spec.Packages, workdir); err != nil {
 			_ = inst.Kill(context.Background())
@@ -169,7 +175,7 @@ const defaultPids = 1024
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
