@@ -40,6 +40,7 @@ func runAgent() int {
 		return 1
 	}
 	cfgFile.Close()
+	trace.Mark("agent: config read")
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: listener:", err)
@@ -55,6 +56,7 @@ func runAgent() int {
 	}
 	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	trace.Mark("agent: environment set")
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,

@@ -12,6 +12,13 @@ type Options struct {
 	// Python is the interpreter inside the sandbox; default python3 from PATH
 	// (/usr/local/bin:/usr/bin:/bin).
 	Python string
+	// WarmPool keeps this many sandboxes started ahead (agent answering,
+	// kernel up, no code run) for each shape of Create that can use one,
+	// and hands one out instead of starting a sandbox: see pool.go for what
+	// is pooled and what starts cold. The pools live in this process,
+	// are refilled one sandbox at a time, and end with ClosePools or with
+	// the process (their supervisors notice).
+	WarmPool int
 }
 
 func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }

@@ -43,6 +43,9 @@ type record struct {
 	// BuildID pins the build (empty for host).
 	Environment string `json:"environment,omitempty"`
 	BuildID     string `json:"build_id,omitempty"`
+	// Pool marks a warm-pool sandbox not yet handed out: nobody's, so
+	// List, Connect and Kill by id don't see it.
+	Pool bool `json:"pool,omitempty"`
 }
 
 const (

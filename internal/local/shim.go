@@ -93,6 +93,14 @@ func runShim() int {
 		return 2
 	}
 	os.Unsetenv(shimSpecEnv)
+	// A warm-pool sandbox lives while its pool's owner holds the other end
+	// of this pipe, until claimed (see pool.go).
+	var owner *os.File
+	if os.Getenv(poolFDEnv) != "" {
+		owner = os.NewFile(4, "pool")
+		syscall.CloseOnExec(4)
+		os.Unsetenv(poolFDEnv)
+	}
 	dir := spec.Dir
 	fail := func(err error) int {
 		report(shimReport{Error: err.Error()})
@@ -144,6 +152,15 @@ func runShim() int {
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
 	}
+	// The agent's config goes into the pipe now, not after the sandbox is
+	// up: the agent reads it first thing, and must not wait for this
+	// process to be scheduled again. (A goroutine: a config bigger than the
+	// pipe's buffer would block until the agent reads; if the agent never
+	// comes up the write fails with EPIPE once cfgR is closed below.)
+	go func() {
+		_ = json.NewEncoder(cfgW).Encode(spec.Agent)
+		cfgW.Close()
+	}()
 	if tf := trace.File(); tf != nil {
 		// The trace fd is the agent's fd 5 (after the listener and the
 		// config); the agent seals it from its children.
@@ -158,7 +175,6 @@ func runShim() int {
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {
-		cfgW.Close()
 		return fail(err)
 	}
 	// The agent is the OOM killer's last choice (set before its children
@@ -171,7 +187,6 @@ func runShim() int {
 		runtime.GOMAXPROCS(2) // the network stack works on packets while the sandbox talks
 		netw, err = startNetwork(dir, &r, proc.TUN)
 		if err != nil {
-			cfgW.Close()
 			_ = proc.Kill()
 			_, _ = proc.Wait()
 			_ = proc.Cleanup()
@@ -179,8 +194,6 @@ func runShim() int {
 		}
 		defer netw.Close()
 	}
-	_ = json.NewEncoder(cfgW).Encode(spec.Agent)
-	cfgW.Close()
 
 	r.ShimPid = os.Getpid()
 	r.ShimStart = procStart(os.Getpid())
@@ -220,6 +233,9 @@ func runShim() int {
 				}
 			}
 		}()
+	}
+	if owner != nil {
+		go watchOwner(owner, proc)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -292,4 +308,17 @@ func startNetwork(dir string, r *record, tun *os.File) (*egress.Stack, error) {
 		dns = strings.Split(v, ",")
 	}
 	return egress.Start(tun, policyOf(r.Network, r.AllowedHosts, r.AllowPrivate), egress.Options{DNS: dns, Logf: logger.Printf})
+}
+
+// watchOwner ends an unclaimed warm-pool sandbox when its pool's owner goes
+// (the pipe's write end closes: ClosePools, exit, or a crash alike). The
+// claim writes poolClaimed first, after which the sandbox is the caller's
+// like any other.
+func watchOwner(owner *os.File, proc *isolate.Process) {
+	defer owner.Close()
+	var b [1]byte
+	if n, _ := owner.Read(b[:]); n == 1 && b[0] == poolClaimed {
+		return
+	}
+	_ = proc.Kill()
 }

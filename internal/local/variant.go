@@ -78,6 +78,34 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
+	if opts.WarmPool < 0 {
+		return nil, fmt.Errorf("%w: LocalConfig.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, opts.WarmPool)
+	}
+	if key, ok := poolKey(spec, opts, rt, senv); ok && opts.WarmPool > 0 {
+		pspec := poolSpec(spec)
+		pl := pools.get(key, opts.WarmPool, func(ctx context.Context, owner *os.File) (*instance, error) {
+			return launch(ctx, pspec, opts, rt, senv, owner)
+		})
+		inst, err := pl.take(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		if inst != nil {
+			return inst, nil
+		}
+	}
+	inst, err := launch(ctx, spec, opts, rt, senv, nil)
+	if err != nil {
+		return nil, err // not a nil *instance in a non-nil interface
+	}
+	return inst, nil
+}
+
+// launch starts a sandbox and returns once its agent answers. With owner (a
+// warm-pool entry) the sandbox is marked as such in its record (List,
+// Connect and Kill don't see it) and its supervisor ends it when owner's
+// write end closes before a claim (see pool.go).
+func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv sandboxEnvironment, owner *os.File) (*instance, error) {
 	// What dead sandboxes left goes now, not when someone lists.
 	_, _ = sweep(rt)
 	id := ids.Sandbox('l')
@@ -86,6 +114,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
 	var hostUID int
+	var err error
 	if os.Geteuid() == 0 {
 		if hostUID, err = allocHostUID(rt, dir); err != nil {
 			os.RemoveAll(dir)
@@ -99,11 +128,18 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
-		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID}
+		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, Pool: owner != nil}
+	lifetime := spec.Lifetime
+	if owner != nil {
+		// Until claimed, the pool (through owner) decides how long it lives;
+		// the agent's own clock is only the backstop.
+		lifetime = poolBackstop
+		rec.EndAt = now.Add(lifetime)
+	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
 	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
-		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
+		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}}
@@ -123,6 +159,10 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
 	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
 	cmd.ExtraFiles = []*os.File{readyW}
+	if owner != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, owner) // the shim's fd 4
+		cmd.Env = append(cmd.Env, poolFDEnv+"=4")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	trace.Mark("create: checks done, starting the supervisor")
 	if err := cmd.Start(); err != nil {
@@ -441,7 +481,7 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	if err == nil && r.ID != id {
 		err = os.ErrNotExist
 	}
-	if err != nil || !r.alive() {
+	if err != nil || !r.alive() || r.Pool {
 		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
 	}
 	inst := newInstance(rt, r.ID, r.Token)
@@ -473,7 +513,7 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 			continue
 		}
 		r, err := readRecord(filepath.Join(rt, e.Name()))
-		if err != nil || !r.alive() {
+		if err != nil || !r.alive() || r.Pool {
 			continue
 		}
 		if i := infoOf(r); f.Match(i) {
@@ -532,7 +572,11 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 		return err
 	}
 	rt := runtimeDir(opts.RuntimeDir)
-	err = killByDir(ctx, filepath.Join(rt, dirName(id)))
+	dir := filepath.Join(rt, dirName(id))
+	if r, rerr := readRecord(dir); rerr == nil && r.Pool {
+		return fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
+	}
+	err = killByDir(ctx, dir)
 	_, _ = sweep(rt)
 	return err
 }
