@@ -35,7 +35,7 @@ var (
 	python = flag.String("python", "/usr/bin/python3", "python interpreter")
 )
 
-type stats struct{ p50, p99, mean float64 }
+type stats struct{ p50, p99, max, mean float64 }
 
 func summarize(ms []float64) stats {
 	if len(ms) == 0 {
@@ -48,7 +48,7 @@ func summarize(ms []float64) stats {
 		sum += v
 	}
 	pct := func(p float64) float64 { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return stats{p50: pct(0.5), p99: pct(0.99), mean: sum / float64(len(s))}
+	return stats{p50: pct(0.5), p99: pct(0.99), max: s[len(s)-1], mean: sum / float64(len(s))}
 }
 
 func timeCmd(n int, name string, args ...string) ([]float64, error) {
@@ -78,6 +78,11 @@ func main() {
 
 	if *traceN > 0 {
 		check(traceColdStarts(ctx, os.Stdout, *traceN))
+		return
+	}
+	if *onlyPool {
+		poolBench(ctx, &rep)
+		fmt.Print(rep.String())
 		return
 	}
 	if *onlyServe {
@@ -171,6 +176,8 @@ func main() {
 	fmt.Fprintf(&rep, "| cold `Create` → first result of `1 + 1` | %.1f ms | %.1f ms | %s (target p50 ≤ 30 ms and ≤ 2×) |\n", cs.p50, cs.p99, ratio(cs.p50))
 	rep.WriteString("| `docker run` | see the docker variant's section below | | |\n")
 	rep.WriteString("\n")
+
+	poolBench(ctx, &rep)
 
 	// 2b. What serve adds: routing cost and tunnel throughput.
 	serveBench(ctx, &rep, cfg)

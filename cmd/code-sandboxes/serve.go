@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -26,7 +27,7 @@ func serveCmd() *cobra.Command {
 		listen, apiKey, keyFile, runtimeDir, network, memory, variant string
 		totalMemory, metricsToken, logFormat                          string
 		cpu, totalCPU                                                 float64
-		maxSandboxes, createsPerMinute                                int
+		maxSandboxes, createsPerMinute, warmPool                      int
 		maxTimeout                                                    time.Duration
 		keep, verbose, requireTraffic, templateBuilds                 bool
 	)
@@ -108,7 +109,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				// E2B's lifetime is its timeout, extended only by
 				// setTimeout: no idle timeout behind serve.
 				Config: sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
-					Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
+					Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir, WarmPool: warmPool}},
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:      network,
@@ -152,6 +153,13 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			if generated {
 				fmt.Fprintf(out, "E2B_API_KEY=%s\n", apiKey)
 			}
+			// The pools' waiting sandboxes go with the server, --keep-sandboxes
+			// or not: they are nobody's yet.
+			defer func() {
+				pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				sandboxes.CloseLocalWarmPools(pctx)
+			}()
 			return srv.Run(cmd.Context(), ln, keep)
 		},
 	}
@@ -173,6 +181,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
+	f.IntVar(&warmPool, "warm-pool", 0, "local variant: keep this many sandboxes started ahead for each shape of create that can use one (network none, no envVars, one team's memory and cpu), handed out in about a millisecond")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")
 	return cmd
