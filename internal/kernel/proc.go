@@ -179,11 +179,7 @@ var scriptOnce sync.Map // dir -> error
 // the cache is written even under PYTHONDONTWRITEBYTECODE, for our file only);
 // when no directory is writable it is passed with -c instead.
 func kernelArgs(dir string) []string {
-	if dir == "" {
-		if d, err := os.UserCacheDir(); err == nil {
-			dir = filepath.Join(d, "code-sandboxes", "kernel")
-		}
-	}
+	dir = resolveScriptDir(dir)
 	if dir != "" && !strings.ContainsAny(dir, "'\\\n") {
 		v, _ := scriptOnce.LoadOrStore(dir, sync.OnceValue(func() error {
 			if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
@@ -53,6 +54,13 @@ func runAgent() int {
 	env := agent.SandboxEnv(cfg.Env)
 	for k, v := range env {
 		os.Setenv(k, v)
+	}
+	if cfg.KernelTag != "" {
+		// Before the first kernel starts: it imports this instead of
+		// compiling its source. Best effort, as it's only an optimisation.
+		_ = kernel.InstallBytecode("", cfg.KernelTag, cfg.KernelPyc)
+		cfg.KernelPyc = nil
+		trace.Mark("agent: kernel bytecode installed")
 	}
 	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -40,6 +40,9 @@ type shimSpec struct {
 	// Rootfs is the environment's root filesystem ("" = the host's system
 	// directories), the sandbox's read-only root.
 	Rootfs string `json:"rootfs,omitempty"`
+	// KernelBytecode is the file of the kernel's compiled bytecode for the
+	// sandbox's interpreter ("" = none; see bytecode.go).
+	KernelBytecode string `json:"kernel_bytecode,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -55,6 +58,10 @@ type agentConfig struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// NoPrewarm leaves the default kernel to start on first use.
 	NoPrewarm bool `json:"no_prewarm,omitempty"`
+	// KernelTag and KernelPyc are the kernel's bytecode, for the agent to
+	// put where the kernel looks (kernel.InstallBytecode).
+	KernelTag string `json:"kernel_tag,omitempty"`
+	KernelPyc []byte `json:"kernel_pyc,omitempty"`
 }
 
 // Main runs the role this process was re-executed for, if any, and exits.
@@ -157,6 +164,10 @@ func runShim() int {
 	// process to be scheduled again. (A goroutine: a config bigger than the
 	// pipe's buffer would block until the agent reads; if the agent never
 	// comes up the write fails with EPIPE once cfgR is closed below.)
+	if spec.KernelBytecode != "" {
+		// Best effort: without it the kernel compiles its source.
+		spec.Agent.KernelTag, spec.Agent.KernelPyc, _ = readKernelBytecode(spec.KernelBytecode)
+	}
 	go func() {
 		_ = json.NewEncoder(cfgW).Encode(spec.Agent)
 		cfgW.Close()

@@ -143,6 +143,9 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}}
+	if senv.Rootfs == "" {
+		ss.KernelBytecode = kernelBytecodePath(opts.Python)
+	}
 	b, _ := json.Marshal(ss)
 
 	exe, err := os.Executable()
