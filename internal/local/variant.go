@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -106,8 +108,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 // Connect and Kill don't see it) and its supervisor ends it when owner's
 // write end closes before a claim (see pool.go).
 func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv sandboxEnvironment, owner *os.File) (*instance, error) {
-	// What dead sandboxes left goes now, not when someone lists.
-	_, _ = sweep(rt)
+	// What dead sandboxes left goes soon, not when someone lists; in the
+	// background and at most every sweepEvery, as a sweep reads every
+	// sandbox's record (with a thousand alive, tens of milliseconds that
+	// each Create would pay).
+	sweepSoon(rt)
 	id := ids.Sandbox('l')
 	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -536,6 +541,21 @@ func (v Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
 		return 0, err
 	}
 	return sweep(runtimeDir(opts.RuntimeDir))
+}
+
+// sweepEvery spaces the sweeps Create starts.
+const sweepEvery = 10 * time.Second
+
+var lastSweep sync.Map // runtime dir → *atomic.Int64, UnixNano of the last sweep Create started
+
+func sweepSoon(rt string) {
+	v, _ := lastSweep.LoadOrStore(rt, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	now, prev := time.Now().UnixNano(), last.Load()
+	if now-prev < int64(sweepEvery) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	go func() { _, _ = sweep(rt) }()
 }
 
 func sweep(rt string) (int, error) {
