@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,10 +134,11 @@ func main() {
 	// The sections, in order; each writes its own part of the report. A new
 	// section is a func(ctx, *strings.Builder) in its own file and one line
 	// here; -only runs some of them (the report then holds only those).
-	sections := []struct {
+	type section struct {
 		name string
 		run  func(context.Context, *strings.Builder)
-	}{
+	}
+	sections := []section{
 		{"kernel", kernelBench},
 		{"local", localBench},
 		{"pool", poolBench},
@@ -153,15 +155,16 @@ func main() {
 			want[n] = true
 		}
 	}
+	for n := range want {
+		if !slices.ContainsFunc(sections, func(s section) bool { return s.name == n }) {
+			check(fmt.Errorf("-only: unknown section %q", n))
+		}
+	}
 	var body strings.Builder
 	for _, s := range sections {
 		if len(want) == 0 || want[s.name] {
 			s.run(ctx, &body)
-			delete(want, s.name)
 		}
-	}
-	if len(want) > 0 {
-		check(fmt.Errorf("-only: unknown sections %v", want))
 	}
 
 	after := measureMachine()
