@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -218,6 +219,9 @@ func runShim() int {
 	}
 	report(shimReport{OK: true, AgentPid: proc.Pid})
 	trace.Mark("shim: reported")
+	// From here on the supervisor mostly sleeps, one per sandbox: give back
+	// what start-up (the program's package inits included) left on the heap.
+	go debug.FreeOSMemory()
 	// Detach from the creator's terminal for good: nothing of ours writes there.
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if devnull != nil {
