@@ -1,8 +1,14 @@
 // Command bench measures code-sandboxes against its peers in one run and
 // writes BENCHMARKS.md. Ratios, not absolute times, are the point: every
-// number in a table was measured on the same machine in the same run.
+// number in a table was measured on the same machine in the same run, ours
+// interleaved with the peers'.
 //
-//	go run ./bench -n 20 -rtt 200 -idle 20 -scale 100 -o BENCHMARKS.md
+//	go run ./bench -n 20 -rtt 200 -idle 20 -scale 300 -o BENCHMARKS.md
+//	go run ./bench -only local,pool,plots   # some sections (the report has only those)
+//	go run ./bench -trace 20                # the cold start step by step
+//
+// A section is a func(ctx, *strings.Builder) in its own file, listed once in
+// main's sections; it records distributions for the plots in samples.
 package main
 
 import (
