@@ -677,6 +677,18 @@ func (c *Client) SetIdleTimeout(ctx context.Context, d time.Duration) (AgentInfo
 	return out, err
 }
 
+// SetTimeouts restarts the lifetime countdown with d and sets the idle
+// timeout to idle (0 leaves it), in one call (our agent only).
+func (c *Client) SetTimeouts(ctx context.Context, d, idle time.Duration) (AgentInfo, error) {
+	body := map[string]float64{"timeout": d.Seconds()}
+	if idle > 0 {
+		body["idle_timeout"] = idle.Seconds()
+	}
+	var out AgentInfo
+	err := c.jsonCall(ctx, "set timeouts", http.MethodPost, c.o.EnvdURL, "/x/timeout", c.EnvdHeaders(), body, &out)
+	return out, err
+}
+
 // Shutdown asks the agent to end the sandbox.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.jsonCall(ctx, "shutdown", http.MethodPost, c.o.EnvdURL, "/x/shutdown", c.EnvdHeaders(), nil, nil)

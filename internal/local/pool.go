@@ -218,13 +218,9 @@ func (e *poolEntry) claim(ctx context.Context, spec driver.Spec) error {
 	if !r.alive() || !r.Pool {
 		return errors.New("warm-pool sandbox gone")
 	}
-	if _, err := e.inst.c.SetTimeout(ctx, spec.Lifetime); err != nil {
-		return fmt.Errorf("setting a warm-pool sandbox's lifetime: %w", err)
-	}
-	if spec.IdleTimeout > 0 {
-		if _, err := e.inst.c.SetIdleTimeout(ctx, spec.IdleTimeout); err != nil {
-			return fmt.Errorf("setting a warm-pool sandbox's idle timeout: %w", err)
-		}
+	// Pool sandboxes wait with no idle timeout (nobody uses them yet).
+	if _, err := e.inst.c.SetTimeouts(ctx, spec.Lifetime, spec.IdleTimeout); err != nil {
+		return fmt.Errorf("setting a warm-pool sandbox's lifetime and idle timeout: %w", err)
 	}
 	now := time.Now()
 	r.Pool, r.Name, r.Tags, r.CreatedAt, r.EndAt = false, spec.Name, spec.Tags, now, now.Add(spec.Lifetime)
