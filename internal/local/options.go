@@ -19,6 +19,10 @@ type Options struct {
 	// are refilled one sandbox at a time, and end with ClosePools or with
 	// the process (their supervisors notice).
 	WarmPool int
+	// HomeSize is the size of /home/user, a tmpfs (0 = the default: 1 GiB,
+	// at most half the memory limit). Its pages count against the memory
+	// limit, so it may be at most half of it (any size without one).
+	HomeSize int64
 }
 
 func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }

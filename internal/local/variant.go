@@ -80,6 +80,9 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
+	if opts.HomeSize < 0 || (opts.HomeSize > 0 && spec.Memory() > 0 && opts.HomeSize > spec.Memory()/2) {
+		return nil, fmt.Errorf("%w: LocalConfig.HomeSize %d: /home/user's pages count against the memory limit (%d): give at most half of it, or raise Memory", sberr.ErrInvalidConfig, opts.HomeSize, spec.Memory())
+	}
 	if opts.WarmPool < 0 {
 		return nil, fmt.Errorf("%w: LocalConfig.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, opts.WarmPool)
 	}
@@ -143,7 +146,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
-	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
+	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Home: opts.HomeSize, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
 		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
