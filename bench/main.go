@@ -40,7 +40,7 @@ var (
 	nScale = flag.Int("scale", 300, "sandboxes for the scale measurement (1000 for the issue's target)")
 	out    = flag.String("o", "BENCHMARKS.md", "where to write the report")
 	python = flag.String("python", "/usr/bin/python3", "python interpreter")
-	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, local, pool, serve, memory, variants, scale, network, plots)")
+	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, local, pool, serve, memory, files, variants, scale, network, plots)")
 )
 
 type stats struct {
@@ -151,6 +151,7 @@ func main() {
 		{"pool", poolBench},
 		{"serve", func(ctx context.Context, r *strings.Builder) { serveBench(ctx, r, cfg) }},
 		{"memory", memoryBench},
+		{"files", filesBench},
 		{"variants", func(ctx context.Context, r *strings.Builder) { kubeBench(ctx, r, envBench(ctx, r)) }},
 		{"scale", scaleBench},
 		{"network", netBench},
