@@ -28,7 +28,7 @@ func serveCmd() *cobra.Command {
 		listen, apiKey, keyFile, runtimeDir, network, memory, variant string
 		totalMemory, metricsToken, logFormat, isolation               string
 		cpu, totalCPU                                                 float64
-		maxSandboxes, createsPerMinute                                int
+		maxSandboxes, createsPerMinute, warmPool                      int
 		maxTimeout                                                    time.Duration
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
 		toolServers                                                   []string
@@ -132,7 +132,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				// E2B's lifetime is its timeout, extended only by
 				// setTimeout: no idle timeout behind serve.
 				Config: sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
-					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir}},
+					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir, WarmPool: warmPool}},
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:      network,
@@ -177,6 +177,13 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			if generated {
 				fmt.Fprintf(out, "E2B_API_KEY=%s\n", apiKey)
 			}
+			// The pools' waiting sandboxes go with the server, --keep-sandboxes
+			// or not: they are nobody's yet.
+			defer func() {
+				pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				sandboxes.CloseLocalWarmPools(pctx)
+			}()
 			return srv.Run(cmd.Context(), ln, keep)
 		},
 	}
@@ -200,6 +207,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
+	f.IntVar(&warmPool, "warm-pool", 0, "local variant: keep this many sandboxes started ahead for each shape of create that can use one (network none, no envVars, one team's memory and cpu), handed out in about a millisecond")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")
 	f.StringArrayVar(&toolServers, "tool-server", nil, "NAME=COMMAND or NAME=URL: an MCP server (a command line serving stdio, split on spaces, or a streamable HTTP URL) whose tools a create request may grant its sandbox's code, with our body field \"tools\": [\"NAME\", \"NAME.tool\"] or metadata code-sandboxes/tools=NAME (docs/agent-protocol.md); repeatable")

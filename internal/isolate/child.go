@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // IsChild reports whether this process was started by Start and must call
@@ -50,6 +52,7 @@ func Child() error {
 		rootStage4(&cfg) // never returns
 	}
 	if cfg.Stage == 2 {
+		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
 		st := os.NewFile(uintptr(cfg.StatusFD), "status")
 		_, err := st.Write([]byte("ready\n"))
@@ -64,6 +67,7 @@ func Child() error {
 	// no_new_privs, seccomp) is made on this thread, which then execs; so
 	// it must stay locked for good.
 	runtime.LockOSThread()
+	trace.Mark("stage 1: start")
 	st := os.NewFile(uintptr(cfg.StatusFD), "status")
 	err := stage1(&cfg)
 	// stage1 only returns on failure.
@@ -84,6 +88,7 @@ func stage1(cfg *childConfig) error {
 	if err != nil || n != 1 {
 		return errors.New("parent went away before releasing the sandbox")
 	}
+	trace.Mark("stage 1: released")
 	if cfg.Network == NetworkTUN {
 		if err := loopbackUp(); err != nil {
 			return fmt.Errorf("loopback up: %w", err)
@@ -132,9 +137,11 @@ func stage1(cfg *childConfig) error {
 			return fmt.Errorf("loopback up: %w", err)
 		}
 	}
+	trace.Mark("stage 1: namespaces set")
 	if err := setupRoot(cfg); err != nil {
 		return err
 	}
+	trace.Mark("stage 1: root built")
 	if err := setRlimits(cfg); err != nil {
 		return err
 	}
@@ -158,9 +165,11 @@ func stage1(cfg *childConfig) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	trace.Mark("stage 1: privileges dropped")
 	if err := loadSeccomp(); err != nil {
 		return err
 	}
+	trace.Mark("stage 1: seccomp loaded, re-exec")
 
 	cfg.Stage = 2
 	// The host path of the rootfs is none of the sandbox's business.

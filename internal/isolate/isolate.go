@@ -58,6 +58,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // Process is a started sandbox.
@@ -201,6 +203,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	defer statR.Close()
 	defer statW.Close()
 
+	trace.Mark("isolate: prepared")
 	cg, err := newCgroup(id, limits{memory: spec.MemoryBytes, cpus: spec.CPUs, pids: spec.Pids})
 	if err != nil {
 		return nil, fmt.Errorf("isolate: %w", err)
@@ -278,12 +281,14 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 			Setsid: true,
 		},
 	}
+	trace.Mark("isolate: cgroup created")
 	if err := cmd.Start(); err != nil {
 		if serr := CheckSupport(); serr != nil {
 			return nil, fmt.Errorf("isolate: start sandbox: %w (%v)", err, serr)
 		}
 		return nil, fmt.Errorf("isolate: start sandbox: %w", err)
 	}
+	trace.Mark("isolate: cloned")
 	p = &Process{Pid: cmd.Process.Pid, ID: id, cmd: cmd, cg: cg}
 	// With a root user the child binds the binary as sudo: the source of a
 	// bind must be opened in its own mount namespace (as the rootfs is).
@@ -372,6 +377,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		}
 	}
 	syncW.Close()
+	trace.Mark("isolate: released")
 
 	type result struct {
 		b   []byte

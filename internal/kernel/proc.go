@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 	"io"
 	"os"
 	"os/exec"
@@ -178,11 +179,7 @@ var scriptOnce sync.Map // dir -> error
 // the cache is written even under PYTHONDONTWRITEBYTECODE, for our file only);
 // when no directory is writable it is passed with -c instead.
 func kernelArgs(dir string) []string {
-	if dir == "" {
-		if d, err := os.UserCacheDir(); err == nil {
-			dir = filepath.Join(d, "code-sandboxes", "kernel")
-		}
-	}
+	dir = resolveScriptDir(dir)
 	if dir != "" && !strings.ContainsAny(dir, "'\\\n") {
 		v, _ := scriptOnce.LoadOrStore(dir, sync.OnceValue(func() error {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -296,6 +293,7 @@ func startKernel(o *Options) (*kproc, error) {
 		}
 		return nil, fmt.Errorf("kernel: starting %s: %w", python, err)
 	}
+	trace.Mark("kernel: spawned")
 	// Under a memory limit the kernel, not the agent, is the OOM victim.
 	_ = procstat.SetOOMScoreAdj(cmd.Process.Pid, procstat.OOMScoreUserCode)
 	outW.Close()
@@ -489,6 +487,9 @@ func readFrames(f *os.File, max int, out chan<- frameItem) {
 		if err != nil {
 			out <- frameItem{err: err}
 			return
+		}
+		if trace.On() {
+			trace.Mark("kernel: frame " + fr.T)
 		}
 		out <- frameItem{f: fr}
 	}

@@ -13,10 +13,13 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
+	trace.Mark("sandbox init: inits done")
 	if err := isolate.Child(); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
 		return 1
@@ -28,6 +31,8 @@ func runAgent() int {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: prctl(PR_SET_DUMPABLE, 0):", errno)
 		return 1
 	}
+	trace.Seal()
+	trace.Mark("agent: isolated")
 	agent.SingleThreaded()
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")
@@ -45,6 +50,7 @@ func runAgent() int {
 		root.Root = envd.User{Name: "root", UID: isolate.RootOuterUID, GID: isolate.RootOuterGID, Home: isolate.RootHome}
 		root.OpenAs = isolate.RootOpen
 	}
+	trace.Mark("agent: config read")
 	ln, err := net.FileListener(lnFile)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: listener:", err)
@@ -58,8 +64,16 @@ func runAgent() int {
 	for k, v := range env {
 		os.Setenv(k, v)
 	}
+	if cfg.KernelTag != "" {
+		// Before the first kernel starts: it imports this instead of
+		// compiling its source. Best effort, as it's only an optimisation.
+		_ = kernel.InstallBytecode("", cfg.KernelTag, cfg.KernelPyc)
+		cfg.KernelPyc = nil
+		trace.Mark("agent: kernel bytecode installed")
+	}
 	go agent.ReapOrphans()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	trace.Mark("agent: environment set")
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root, OpenAs: root.OpenAs})
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
@@ -67,6 +81,7 @@ func runAgent() int {
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
 	agent.IgnoreSignals()
+	trace.Mark("agent: serving")
 	ctx := context.Background()
 	if err := srv.Serve(ctx, ln); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)

@@ -255,7 +255,7 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 		return fail(err)
 	}
 	report(shimReport{OK: true, AgentPid: g.pid})
-	return supervise(dir, g, netw, func() { logf.Close() })
+	return supervise(dir, g, netw, nil, func() { logf.Close() })
 }
 
 // gvisorSpec is the OCI runtime spec of the sandbox: the agent as uid 0

@@ -12,6 +12,17 @@ type Options struct {
 	// Python is the interpreter inside the sandbox; default python3 from PATH
 	// (/usr/local/bin:/usr/bin:/bin).
 	Python string
+	// WarmPool keeps this many sandboxes started ahead (agent answering,
+	// kernel up, no code run) for each shape of Create that can use one,
+	// and hands one out instead of starting a sandbox: see pool.go for what
+	// is pooled and what starts cold. The pools live in this process,
+	// are refilled one sandbox at a time, and end with ClosePools or with
+	// the process (their supervisors notice).
+	WarmPool int
+	// HomeSize is the size of /home/user, a tmpfs (0 = the default: 1 GiB,
+	// at most half the memory limit). Its pages count against the memory
+	// limit, so it may be at most half of it (any size without one).
+	HomeSize int64
 }
 
 func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }

@@ -49,6 +49,9 @@ type record struct {
 	// sandbox is deleted with the runsc found at that time).
 	Isolation string `json:"isolation,omitempty"`
 	Runsc     string `json:"runsc,omitempty"`
+	// Pool marks a warm-pool sandbox not yet handed out: nobody's, so
+	// List, Connect and Kill by id don't see it.
+	Pool bool `json:"pool,omitempty"`
 }
 
 const (

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // Roles a re-executed binary can play, chosen by the env var roleEnv.
@@ -44,6 +46,9 @@ type shimSpec struct {
 	// with Record.Isolation gvisor.
 	Runsc string `json:"runsc,omitempty"`
 	Exe   string `json:"exe,omitempty"`
+	// KernelBytecode is the file of the kernel's compiled bytecode for the
+	// sandbox's interpreter ("" = none; see bytecode.go).
+	KernelBytecode string `json:"kernel_bytecode,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -59,6 +64,10 @@ type agentConfig struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// NoPrewarm leaves the default kernel to start on first use.
 	NoPrewarm bool `json:"no_prewarm,omitempty"`
+	// KernelTag and KernelPyc are the kernel's bytecode, for the agent to
+	// put where the kernel looks (kernel.InstallBytecode).
+	KernelTag string `json:"kernel_tag,omitempty"`
+	KernelPyc []byte `json:"kernel_pyc,omitempty"`
 }
 
 // Main runs the role this process was re-executed for, if any, and exits.
@@ -86,6 +95,7 @@ type shimReport struct {
 }
 
 func runShim() int {
+	trace.Mark("shim: inits done")
 	// The supervisor mostly sleeps; one thread is plenty.
 	runtime.GOMAXPROCS(1)
 	ready := os.NewFile(3, "ready")
@@ -102,6 +112,14 @@ func runShim() int {
 		return 2
 	}
 	os.Unsetenv(shimSpecEnv)
+	// A warm-pool sandbox lives while its pool's owner holds the other end
+	// of this pipe, until claimed (see pool.go).
+	var owner *os.File
+	if os.Getenv(poolFDEnv) != "" {
+		owner = os.NewFile(4, "pool")
+		syscall.CloseOnExec(4)
+		os.Unsetenv(poolFDEnv)
+	}
 	dir := spec.Dir
 	fail := func(err error) int {
 		report(shimReport{Error: err.Error()})
@@ -161,13 +179,33 @@ func runShim() int {
 		// user: 'root' expect; only root callers have host ids to give it.
 		ispec.HostRootUID, ispec.HostRootGID = rootHostUID(r.HostUID), rootHostUID(r.HostUID)
 	}
+	// The agent's config goes into the pipe now, not after the sandbox is
+	// up: the agent reads it first thing, and must not wait for this
+	// process to be scheduled again. (A goroutine: a config bigger than the
+	// pipe's buffer would block until the agent reads; if the agent never
+	// comes up the write fails with EPIPE once cfgR is closed below.)
+	if spec.KernelBytecode != "" {
+		// Best effort: without it the kernel compiles its source.
+		spec.Agent.KernelTag, spec.Agent.KernelPyc, _ = readKernelBytecode(spec.KernelBytecode)
+	}
+	go func() {
+		_ = json.NewEncoder(cfgW).Encode(spec.Agent)
+		cfgW.Close()
+	}()
+	if tf := trace.File(); tf != nil {
+		// The trace fd is the agent's fd 5 (after the listener and the
+		// config); the agent seals it from its children.
+		ispec.ExtraFiles = append(ispec.ExtraFiles, tf)
+		ispec.Env = append(ispec.Env, trace.FDEnv+"=5")
+	}
+	trace.Mark("shim: listening, isolate.Start")
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.
 	proc, err := isolate.Start(context.Background(), ispec)
+	trace.Mark("shim: isolate.Start returned")
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {
-		cfgW.Close()
 		return fail(err)
 	}
 	// The agent is the OOM killer's last choice (set before its children
@@ -180,7 +218,6 @@ func runShim() int {
 		runtime.GOMAXPROCS(2) // the network stack works on packets while the sandbox talks
 		netw, err = startNetwork(dir, &r, proc.TUN)
 		if err != nil {
-			cfgW.Close()
 			_ = proc.Kill()
 			_, _ = proc.Wait()
 			_ = proc.Cleanup()
@@ -188,8 +225,6 @@ func runShim() int {
 		}
 		defer netw.Close()
 	}
-	_ = json.NewEncoder(cfgW).Encode(spec.Agent)
-	cfgW.Close()
 
 	r.ShimPid = os.Getpid()
 	r.ShimStart = procStart(os.Getpid())
@@ -202,7 +237,11 @@ func runShim() int {
 		return fail(err)
 	}
 	report(shimReport{OK: true, AgentPid: proc.Pid})
-	return supervise(dir, proc, netw, func() {
+	trace.Mark("shim: reported")
+	// From here on the supervisor mostly sleeps, one per sandbox: give back
+	// what start-up (the program's package inits included) left on the heap.
+	go debug.FreeOSMemory()
+	return supervise(dir, proc, netw, owner, func() {
 		ln.Close()
 		// Close the log before the directory goes: on a busy disk the close can
 		// block (ext4 discard), and a supervisor still alive after its
@@ -221,7 +260,7 @@ type supervised interface {
 
 // supervise runs the shim once the sandbox is up: policy updates
 // (SIGUSR1), the lifetime backstop, and the cleanup when it ends.
-func supervise(dir string, proc supervised, netw *egress.Stack, closeAll func()) int {
+func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, closeAll func()) int {
 	// Detach from the creator's terminal for good: nothing of ours writes there.
 	devnull, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if devnull != nil {
@@ -248,6 +287,9 @@ func supervise(dir string, proc supervised, netw *egress.Stack, closeAll func())
 				}
 			}
 		}()
+	}
+	if owner != nil {
+		go watchOwner(owner, proc)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -316,4 +358,17 @@ func startNetwork(dir string, r *record, tun *os.File) (*egress.Stack, error) {
 		dns = strings.Split(v, ",")
 	}
 	return egress.Start(tun, r.policy(), egress.Options{DNS: dns, Logf: logger.Printf})
+}
+
+// watchOwner ends an unclaimed warm-pool sandbox when its pool's owner goes
+// (the pipe's write end closes: ClosePools, exit, or a crash alike). The
+// claim writes poolClaimed first, after which the sandbox is the caller's
+// like any other.
+func watchOwner(owner *os.File, proc supervised) {
+	defer owner.Close()
+	var b [1]byte
+	if n, _ := owner.Read(b[:]); n == 1 && b[0] == poolClaimed {
+		return
+	}
+	_ = proc.Kill()
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -50,12 +51,37 @@ func allocHostUID(rt, dir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("host uid allocation: %w", err)
 	}
+	// A directory's uid never changes while it exists (and names are never
+	// reused: they hash random ids), so each is read once per process:
+	// with a thousand sandboxes alive, reading every file on every Create
+	// took tens of milliseconds. A directory without one yet is read again
+	// next time (its creator waits for the lock we hold to write it).
+	uidCache.Lock()
+	defer uidCache.Unlock()
+	known := uidCache.m[rt]
+	if known == nil {
+		known = map[string]int{}
+		uidCache.m[rt] = known
+	}
+	present := make(map[string]bool, len(ents))
 	for _, e := range ents {
 		if !e.IsDir() {
 			continue
 		}
-		if uid, ok := readHostUID(filepath.Join(rt, e.Name())); ok {
+		present[e.Name()] = true
+		uid, ok := known[e.Name()]
+		if !ok {
+			if uid, ok = readHostUID(filepath.Join(rt, e.Name())); ok {
+				known[e.Name()] = uid
+			}
+		}
+		if ok {
 			used[uid] = true
+		}
+	}
+	for name := range known {
+		if !present[name] {
+			delete(known, name)
 		}
 	}
 	for uid := uidBase; uid < uidBase+uidSlots; uid++ {
@@ -65,10 +91,20 @@ func allocHostUID(rt, dir string) (int, error) {
 		if err := os.WriteFile(filepath.Join(dir, uidFile), []byte(strconv.Itoa(uid)), 0o600); err != nil {
 			return 0, fmt.Errorf("host uid allocation: %w", err)
 		}
+		if filepath.Dir(dir) == filepath.Clean(rt) {
+			known[filepath.Base(dir)] = uid
+		}
 		return uid, nil
 	}
 	return 0, errors.New("host uid allocation: all 65536 host uids of the range are held by sandboxes")
 }
+
+// uidCache holds the uids of the runtime directories' sandboxes, by
+// runtime directory and directory name.
+var uidCache = struct {
+	sync.Mutex
+	m map[string]map[string]int
+}{m: map[string]map[string]int{}}
 
 func readHostUID(dir string) (int, bool) {
 	b, err := os.ReadFile(filepath.Join(dir, uidFile))

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // Variant is the local variant.
@@ -46,6 +49,7 @@ func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Env
 
 // Create implements driver.Variant.
 func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
+	trace.Mark("create: start")
 	opts, err := optionsOf(spec)
 	if err != nil {
 		return nil, err
@@ -86,14 +90,50 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err := ensureRuntimeDir(rt); err != nil {
 		return nil, err
 	}
-	// What dead sandboxes left goes now, not when someone lists.
-	_, _ = sweep(rt)
+	if opts.HomeSize < 0 || (opts.HomeSize > 0 && spec.Memory() > 0 && opts.HomeSize > spec.Memory()/2) {
+		return nil, fmt.Errorf("%w: LocalConfig.HomeSize %d: /home/user's pages count against the memory limit (%d): give at most half of it, or raise Memory", sberr.ErrInvalidConfig, opts.HomeSize, spec.Memory())
+	}
+	if opts.WarmPool < 0 {
+		return nil, fmt.Errorf("%w: LocalConfig.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, opts.WarmPool)
+	}
+	if key, ok := poolKey(spec, opts, rt, senv); ok && opts.WarmPool > 0 {
+		pspec := poolSpec(spec)
+		pl := pools.get(key, opts.WarmPool, func(ctx context.Context, owner *os.File) (*instance, error) {
+			return launch(ctx, pspec, opts, rt, senv, owner, isolation, runsc)
+		})
+		inst, err := pl.take(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		if inst != nil {
+			return inst, nil
+		}
+	}
+	inst, err := launch(ctx, spec, opts, rt, senv, nil, isolation, runsc)
+	if err != nil {
+		return nil, err // not a nil *instance in a non-nil interface
+	}
+	return inst, nil
+}
+
+// launch starts a sandbox and returns once its agent answers. With owner (a
+// warm-pool entry) the sandbox is marked as such in its record (List,
+// Connect and Kill don't see it) and its supervisor ends it when owner's
+// write end closes before a claim (see pool.go). isolation and runsc are
+// isolationOf's and checkGVisor's answers for spec.
+func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv sandboxEnvironment, owner *os.File, isolation, runsc string) (*instance, error) {
+	// What dead sandboxes left goes soon, not when someone lists; in the
+	// background and at most every sweepEvery, as a sweep reads every
+	// sandbox's record (with a thousand alive, tens of milliseconds that
+	// each Create would pay).
+	sweepSoon(rt)
 	id := ids.Sandbox('l')
 	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create sandbox directory: %w", err)
 	}
 	var hostUID int
+	var err error
 	if os.Geteuid() == 0 && isolation == "" {
 		if hostUID, err = allocHostUID(rt, dir); err != nil {
 			os.RemoveAll(dir)
@@ -107,14 +147,24 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, DeniedHosts: spec.DeniedHosts, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
-		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, Isolation: isolation, Runsc: runsc}
+		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, Isolation: isolation, Runsc: runsc, Pool: owner != nil}
+	lifetime := spec.Lifetime
+	if owner != nil {
+		// Until claimed, the pool (through owner) decides how long it lives;
+		// the agent's own clock is only the backstop.
+		lifetime = poolBackstop
+		rec.EndAt = now.Add(lifetime)
+	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
-	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
-		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
+	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Home: opts.HomeSize, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
+		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
 		NoPrewarm: len(spec.Packages) > 0}}
+	if senv.Rootfs == "" {
+		ss.KernelBytecode = kernelBytecodePath(opts.Python)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -134,7 +184,12 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
 	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
 	cmd.ExtraFiles = []*os.File{readyW}
+	if owner != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, owner) // the shim's fd 4
+		cmd.Env = append(cmd.Env, poolFDEnv+"=4")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	trace.Mark("create: checks done, starting the supervisor")
 	if err := cmd.Start(); err != nil {
 		readyR.Close()
 		readyW.Close()
@@ -145,8 +200,10 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	// The shim outlives us; reap it if it dies while we still run.
 	go func() { _ = cmd.Wait() }()
 
+	trace.Mark("create: supervisor started")
 	rep, err := readReport(ctx, readyR)
 	readyR.Close()
+	trace.Mark("create: supervisor reported")
 	if err != nil || !rep.OK {
 		_ = cmd.Process.Kill()
 		os.RemoveAll(dir)
@@ -167,6 +224,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		}
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
+	trace.Mark("create: healthy")
 	if len(spec.Packages) > 0 {
 		if err := pipinstall.Install(ctx, inst.c, opts.Python, spec.PackageIndex, spec.Packages, workdir); err != nil {
 			_ = inst.Kill(context.Background())
@@ -182,7 +240,7 @@ const defaultPids = 1024
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
@@ -452,7 +510,7 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	if err == nil && r.ID != id {
 		err = os.ErrNotExist
 	}
-	if err != nil || !r.alive() {
+	if err != nil || !r.alive() || r.Pool {
 		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
 	}
 	inst := newInstance(rt, r.ID, r.Token)
@@ -484,7 +542,7 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 			continue
 		}
 		r, err := readRecord(filepath.Join(rt, e.Name()))
-		if err != nil || !r.alive() {
+		if err != nil || !r.alive() || r.Pool {
 			continue
 		}
 		if i := infoOf(r); f.Match(i) {
@@ -504,6 +562,21 @@ func (v Variant) Sweep(ctx context.Context, spec driver.Spec) (int, error) {
 		return 0, err
 	}
 	return sweep(runtimeDir(opts.RuntimeDir))
+}
+
+// sweepEvery spaces the sweeps Create starts.
+const sweepEvery = 10 * time.Second
+
+var lastSweep sync.Map // runtime dir → *atomic.Int64, UnixNano of the last sweep Create started
+
+func sweepSoon(rt string) {
+	v, _ := lastSweep.LoadOrStore(rt, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	now, prev := time.Now().UnixNano(), last.Load()
+	if now-prev < int64(sweepEvery) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	go func() { _, _ = sweep(rt) }()
 }
 
 func sweep(rt string) (int, error) {
@@ -543,7 +616,11 @@ func (v Variant) Kill(ctx context.Context, spec driver.Spec, id string) error {
 		return err
 	}
 	rt := runtimeDir(opts.RuntimeDir)
-	err = killByDir(ctx, filepath.Join(rt, dirName(id)))
+	dir := filepath.Join(rt, dirName(id))
+	if r, rerr := readRecord(dir); rerr == nil && r.Pool {
+		return fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
+	}
+	err = killByDir(ctx, dir)
 	_, _ = sweep(rt)
 	return err
 }

@@ -1,0 +1,302 @@
+package sandboxes_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+)
+
+// poolRecord is what the tests read of a sandbox's record (state.json):
+// the facts a caller can't see through the API.
+type poolRecord struct {
+	ID       string   `json:"id"`
+	Token    string   `json:"token"`
+	ShimPid  int      `json:"shim_pid"`
+	AgentPid int      `json:"agent_pid"`
+	Cgroups  []string `json:"cgroups"`
+	Pool     bool     `json:"pool"`
+}
+
+func poolRecords(t *testing.T, rt string) []poolRecord {
+	t.Helper()
+	ents, _ := os.ReadDir(rt)
+	var out []poolRecord
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(rt, e.Name(), "state.json"))
+		if err != nil {
+			continue
+		}
+		var r poolRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func poolRuntimeDir(t *testing.T) string {
+	t.Helper()
+	rt, err := os.MkdirTemp("", "cs-pool-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rt) })
+	return rt
+}
+
+// waitFor polls cond (bounded: a condition that never comes fails the test,
+// no duration is asserted).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func dirsIn(rt string) int {
+	ents, _ := os.ReadDir(rt)
+	return len(ents)
+}
+
+// TestLocalWarmPool: claims come from the pool, each entry serves one
+// caller with its own process, tmpfs, token and id, no code ran in it
+// before, it gets the caller's name, lifetime and limits; a Create of
+// another shape starts cold; closing the pools ends what waits in them and
+// leaves the claimed sandboxes alone.
+func TestLocalWarmPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt := poolRuntimeDir(t)
+	const mem = 300 << 20
+	cfg := sandboxes.Config{Variant: "local", Memory: mem, MaxLifetime: 10 * time.Minute,
+		Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 2}}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			sandboxes.CloseLocalWarmPools(context.Background())
+		}
+	})
+	before := sandboxes.LocalWarmPoolStats()
+	first, err := sandboxes.Create(ctx, cfg) // a miss: it starts the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	waitFor(t, "two pool sandboxes ready", func() bool { return sandboxes.LocalWarmPoolStats().Ready >= 2 })
+	// Waiting pool sandboxes are nobody's: List shows the caller's only.
+	if l, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); err != nil || len(l) != 1 {
+		t.Fatalf("List with two pool sandboxes waiting: %v, %v (want just the first sandbox)", l, err)
+	}
+	var got []*sandboxes.Sandbox
+	for i := 0; i < 2; i++ {
+		c := cfg
+		c.Name = fmt.Sprintf("claimed-%d", i)
+		sb, err := sandboxes.Create(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		got = append(got, sb)
+	}
+	after := sandboxes.LocalWarmPoolStats()
+	if hits := after.Hits - before.Hits; hits != 2 {
+		t.Fatalf("pool hits = %d, want 2 (stats %+v)", hits, after)
+	}
+	// Nothing of a pool entry's past: no execution before ours, the files
+	// of a cold sandbox (the kernel's cache) and no others.
+	const listing = "import os; sorted(os.listdir('/home/user')) + sorted(os.listdir('/tmp'))"
+	want, err := first.RunCode(ctx, listing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sb := range got {
+		ex, err := sb.RunCode(ctx, listing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.ExecutionCount != 1 || ex.Text() != want.Text() {
+			t.Fatalf("claimed sandbox %d: execution count %d, files %s; want the first execution, files %s as in a cold sandbox", i, ex.ExecutionCount, ex.Text(), want.Text())
+		}
+		if sb.Name() != fmt.Sprintf("claimed-%d", i) {
+			t.Fatalf("name %q", sb.Name())
+		}
+		info, err := sb.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Name != sb.Name() || info.EndAt.After(time.Now().Add(11*time.Minute)) || info.Memory != mem {
+			t.Fatalf("claimed sandbox %d: info %+v; want its name, a lifetime of 10 min and memory %d", i, info, mem)
+		}
+	}
+	// No sharing: a file written in one is not in the other.
+	if _, err := got[0].RunCode(ctx, "open('/home/user/mine', 'w').write('0')"); err != nil {
+		t.Fatal(err)
+	}
+	if ex, err := got[1].RunCode(ctx, "import os; os.path.exists('/home/user/mine')"); err != nil || ex.Text() != "False" {
+		t.Fatalf("a file of one claimed sandbox seen in the other: %v %v", ex, err)
+	}
+	recs := map[string]poolRecord{}
+	for _, r := range poolRecords(t, rt) {
+		recs[r.ID] = r
+	}
+	seen := map[string]string{}
+	for _, sb := range append([]*sandboxes.Sandbox{first}, got...) {
+		r, ok := recs[sb.ID()]
+		if !ok || r.Pool {
+			t.Fatalf("sandbox %s: record %+v (want one, no longer a pool one)", sb.ID(), r)
+		}
+		for _, k := range []string{"token " + r.Token, "agent " + strconv.Itoa(r.AgentPid), "shim " + strconv.Itoa(r.ShimPid)} {
+			if other, dup := seen[k]; dup {
+				t.Fatalf("%s shared by %s and %s", k, other, sb.ID())
+			}
+			seen[k] = sb.ID()
+		}
+		// The caller's memory limit, in the sandbox's own cgroup.
+		if len(r.Cgroups) > 0 {
+			limit := ""
+			for _, d := range r.Cgroups {
+				for _, f := range []string{"memory.max", "memory.limit_in_bytes"} {
+					if b, err := os.ReadFile(filepath.Join(d, f)); err == nil {
+						limit = strings.TrimSpace(string(b))
+					}
+				}
+			}
+			if limit != strconv.Itoa(mem) {
+				t.Fatalf("sandbox %s: memory limit %q in its cgroup, want %d", sb.ID(), limit, mem)
+			}
+		}
+	}
+	// Another shape (an environment variable is fixed at start) starts cold.
+	c := cfg
+	c.Env = map[string]string{"POOL_TEST": "cold"}
+	hitsBefore := sandboxes.LocalWarmPoolStats().Hits
+	cold, err := sandboxes.Create(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cold.Close()
+	if ex, err := cold.RunCode(ctx, "import os; os.environ['POOL_TEST']"); err != nil || ex.Text() != "cold" {
+		t.Fatalf("env of the cold sandbox: %v %v", ex, err)
+	}
+	if h := sandboxes.LocalWarmPoolStats().Hits; h != hitsBefore {
+		t.Fatalf("a Create of another shape was served from the pool")
+	}
+	// Closing the pools ends the waiting sandboxes, not the claimed ones.
+	waitFor(t, "the pool refilled", func() bool { return sandboxes.LocalWarmPoolStats().Ready >= 2 })
+	sandboxes.CloseLocalWarmPools(ctx)
+	closed = true
+	if s := sandboxes.LocalWarmPoolStats(); s.Ready != 0 || s.Starting != 0 {
+		t.Fatalf("after CloseLocalWarmPools: %+v", s)
+	}
+	for _, r := range poolRecords(t, rt) {
+		if r.Pool {
+			t.Fatalf("pool sandbox %s left after CloseLocalWarmPools", r.ID)
+		}
+	}
+	if n := dirsIn(rt); n != 4 {
+		t.Fatalf("%d sandbox directories after closing the pools, want the 4 handed out", n)
+	}
+	for _, sb := range append([]*sandboxes.Sandbox{first, cold}, got...) {
+		if ex, err := sb.RunCode(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
+			t.Fatalf("a claimed sandbox stopped working after the pools closed: %v %v", ex, err)
+		}
+		if err := sb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dirsIn(rt); n != 0 {
+		t.Fatalf("%d sandbox directories left", n)
+	}
+}
+
+// TestLocalWarmPoolOwnerKilled: a process holding a pool is SIGKILLed (no
+// chance to close it); the pool's sandboxes end themselves, leaving nothing
+// in the runtime directory and no supervisor running.
+func TestLocalWarmPoolOwnerKilled(t *testing.T) {
+	if rt := os.Getenv("CS_POOL_OWNER_RT"); rt != "" {
+		poolOwner(rt)
+		return
+	}
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	rt := poolRuntimeDir(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLocalWarmPoolOwnerKilled$", "-test.v")
+	cmd.Env = append(os.Environ(), "CS_POOL_OWNER_RT="+rt)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(out)
+	ready := false
+	for sc.Scan() {
+		if sc.Text() == "pool ready" {
+			ready = true
+			break
+		}
+	}
+	if !ready {
+		t.Fatal("the pool owner exited before its pool was ready")
+	}
+	recs := poolRecords(t, rt)
+	pooled := 0
+	for _, r := range recs {
+		if r.Pool {
+			pooled++
+		}
+	}
+	if pooled < 2 {
+		t.Fatalf("%d pool sandboxes in the owner's runtime dir, want 2: %+v", pooled, recs)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	waitFor(t, "the dead owner's sandboxes to end", func() bool { return dirsIn(rt) == 0 })
+	for _, r := range recs {
+		if syscall.Kill(r.ShimPid, 0) == nil {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", r.ShimPid)); err == nil && strings.HasPrefix(string(b), "code-sandboxes-shim") {
+				t.Fatalf("supervisor %d of pool sandbox %s still running", r.ShimPid, r.ID)
+			}
+		}
+	}
+}
+
+// poolOwner fills a pool of two in rt, the first Create's sandbox killed,
+// says so and waits to be killed.
+func poolOwner(rt string) {
+	ctx := context.Background()
+	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 2}}
+	sb, err := sandboxes.Create(ctx, cfg)
+	if err != nil {
+		fmt.Println("create:", err)
+		os.Exit(1)
+	}
+	_ = sb.Close()
+	for sandboxes.LocalWarmPoolStats().Ready < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("pool ready")
+	select {}
+}
