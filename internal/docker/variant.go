@@ -29,6 +29,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -291,6 +292,9 @@ type launchSpec struct {
 	pids          int64
 	env           map[string]string
 	containerName string
+	// hostUID is the sandbox's own host uid and gid (records.DockerUIDs):
+	// the contract's uid 1000 and gid 100 inside map to it.
+	hostUID int
 }
 
 // launch makes the sandbox's directory, container and agent, and returns
@@ -332,6 +336,9 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 		}
 		_ = os.RemoveAll(ls.dir)
 	}()
+	if ls.hostUID, err = records.AllocHostUID(ls.rt, ls.dir, records.DockerUIDs); err != nil {
+		return nil, err
+	}
 	run := filepath.Join(ls.dir, runSubdir)
 	if err := os.Mkdir(run, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the sandbox's directory: %w", err)
@@ -347,7 +354,7 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	acfg := agentConfig{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
-		NoPrewarm: len(spec.Packages) > 0}
+		NoPrewarm: len(spec.Packages) > 0, HostUID: ls.hostUID}
 	if os.Geteuid() == 0 {
 		acfg.SocketMode = 0o600
 	}
@@ -486,7 +493,9 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 	tmpfs := func(size int64, mode string, user bool) string {
 		o := fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,nr_inodes=%d,mode=%s", size, isolate.TmpfsInodes(size), mode)
 		if user {
-			o += fmt.Sprintf(",uid=%d,gid=%d", sandboxUID, sandboxGID)
+			// The host ids the contract's user maps to (its user
+			// namespace shows them as 1000:100).
+			o += fmt.Sprintf(",uid=%d,gid=%d", ls.hostUID, ls.hostUID)
 		}
 		return o
 	}
@@ -509,8 +518,20 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         capAdd,
-		SecurityOpt:    []string{"no-new-privileges"},
-		IpcMode:        "private",
+		// The agent gives the sandbox a user namespace of its own (uid
+		// 1000 inside = the sandbox's host uid) with a pid namespace and
+		// a /proc of its own (agentmain.go): the engine's default seccomp
+		// profile refuses clone(CLONE_NEWUSER) and mount to a container
+		// without CAP_SYS_ADMIN, and its AppArmor profile refuses mount.
+		// The agent loads the local variant's seccomp filter on itself
+		// before any user code runs (it refuses namespaces, mount, ptrace,
+		// io_uring…: more than the engine's profile), and masks /proc as
+		// the engine would (the engine's masks would make the kernel
+		// refuse a new proc mount).
+		SecurityOpt:   []string{"no-new-privileges", "seccomp=unconfined", "apparmor=unconfined"},
+		MaskedPaths:   sysMaskedPaths,
+		ReadonlyPaths: []string{},
+		IpcMode:       "private",
 		// Its own cgroup namespace, as a local sandbox: without one (the
 		// engine's default on cgroup v1) /proc/self/cgroup shows the host's
 		// hierarchy and the engine's full container id.
