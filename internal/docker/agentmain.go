@@ -214,9 +214,15 @@ func startInner(ln *net.UnixListener, cfg agentConfig) (*exec.Cmd, error) {
 		GidMappingsEnableSetgroups: true,
 		Credential:                 &syscall.Credential{Uid: sandboxUID, Gid: sandboxGID, Groups: []uint32{}},
 		AmbientCaps:                innerCaps,
-		Pdeathsig:                  syscall.SIGKILL,
+		// No Pdeathsig: it follows the thread that started the child,
+		// which StartOwnedBy throws away; and when we (the container's
+		// init) end, the kernel kills every process of the container's
+		// pid namespace, the agent's nested one included.
 	}
-	if err := cmd.Start(); err != nil {
+	// The namespace owned by the sandbox's host uid, not root: per-user
+	// counts (inotify instances…) are charged to the owner as well
+	// (isolate.StartOwnedBy).
+	if err := isolate.StartOwnedBy(cmd, cfg.HostUID); err != nil {
 		cw.Close()
 		return nil, err
 	}
