@@ -177,7 +177,7 @@ func entryInfoFrom(path string, fi fs.FileInfo) *fspb.EntryInfo {
 		e.Owner, e.Group = names.lookup(st.Uid, st.Gid)
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		if target, err := filepath.EvalSymlinks(path); err == nil && !procTarget(target) {
+		if target, err := filepath.EvalSymlinks(path); err == nil && !procTarget(target) && procRefusal(path) == nil {
 			target = strings.ToValidUTF8(target, "\uFFFD")
 			e.SymlinkTarget = &target
 			if ti, err := os.Stat(target); err == nil {
