@@ -449,7 +449,7 @@ print('sid', os.getsid(0), 'pgid', os.getpgid(0))
 		tries: "host-wide kernel information: every host task (/proc/sched_debug), timers, kernel memory (/proc/kcore), keys, kernel symbol addresses (/proc/kallsyms), the kernel log, debugfs, tracefs, securityfs, firmware tables",
 		stops: "masked or absent in the sandbox's /proc and /sys; kptr_restrict zeroes symbol addresses without CAP_SYSLOG; dmesg_restrict or the seccomp filter (syslog) for the log",
 		code: `
-for p in ('/proc/sched_debug', '/proc/timer_list', '/proc/timer_stats', '/proc/kcore', '/proc/keys', '/proc/key-users', '/proc/latency_stats',
+for p in ('/proc/sched_debug', '/proc/timer_list', '/proc/timer_stats', '/proc/kcore', '/proc/latency_stats',
           '/sys/kernel/debug/tracing/trace', '/sys/kernel/tracing/trace', '/sys/kernel/security/lsm', '/sys/firmware/acpi/tables/DSDT',
           '/sys/firmware/dmi/tables/DMI', '/proc/kpageflags', '/proc/kpagecount', '/proc/vmallocinfo', '/proc/slabinfo', '/proc/pagetypeinfo', '/dev/kmsg'):
     try:
@@ -590,6 +590,33 @@ for u in targets:
         ok(u, 'refused %d' % code)
     else:
         bad(u, 'answered %d %r' % (code, body[:120]))
+`,
+	},
+	{
+		name:  "KeyringInformation",
+		tries: "the kernel keyrings' host-wide views: /proc/keys (keys the caller may view, with the host's key ids) and /proc/key-users (key counts and quotas of every uid on the host); describing the session and user keyrings",
+		stops: "a user namespace of the sandbox's own, which maps no host user but its own (the kernel lists only mapped users); the seccomp filter refuses keyctl",
+		code: `
+for p in ('/proc/keys', '/proc/key-users'):
+    try:
+        rows = [l for l in open(p).read().splitlines() if l.strip()]
+    except OSError as e:
+        ok(p, 'absent' if e.errno == errno.ENOENT else 'refused ' + en(e.errno))
+        continue
+    if p.endswith('key-users'):
+        uids = [r.split(':')[0].strip() for r in rows]
+        other = [u for u in uids if u != str(os.getuid())]
+        if other:
+            bad(p, 'key counts of other users: uids %s' % ','.join(other[:10]))
+        else:
+            ok(p, '%d rows, only the sandbox user' % len(rows))
+    elif rows:
+        bad(p, '%d keys listed: %r' % (len(rows), rows[0][:80]))
+    else:
+        ok(p, 'empty')
+for name, ring in (('session', -3), ('user', -4), ('user-session', -5), ('thread', -1), ('process', -2)):
+    buf = ctypes.create_string_buffer(256)
+    refused_sys('keyctl-describe-' + name, NR['keyctl'], 6, ring, buf, 256)
 `,
 	},
 	{

@@ -116,7 +116,9 @@ func TestHostileOnKubernetes(t *testing.T) {
 			"InodeFlood": "KNOWN GAP: Kubernetes emptyDir (medium Memory) has no inode bound (nr_inodes); the pod's memory limit is the only bound (SECURITY.md, kubernetes)",
 			// Pods run as uid 1000 on the node unless hostUsers: false
 			// (opt-in, needs a cluster with user namespaces).
-			"SharedUIDLimits": "KNOWN GAP: pods run as node uid 1000, shared with every pod of the node, unless Options.UserNamespaces (hostUsers: false, opt-in) (SECURITY.md, kubernetes)",
+			"SharedUIDLimits":    "KNOWN GAP: pods run as node uid 1000, shared with every pod of the node, unless Options.UserNamespaces (hostUsers: false, opt-in) (SECURITY.md, kubernetes)",
+			"KeyringInformation": "KNOWN GAP: without a user namespace of its own (Options.UserNamespaces, opt-in) a pod's /proc/key-users lists the key counts of every uid on the node (SECURITY.md, kubernetes)",
+			"Pids":               "the kubernetes variant refuses Config.Pids: a pod's pids limit is the kubelet's podPidsLimit, node-wide (SECURITY.md, kubernetes)",
 		},
 	}
 	if !*full {

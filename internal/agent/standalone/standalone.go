@@ -131,6 +131,15 @@ func Main(args []string) int {
 		if err := isolate.LoadSeccompAllThreads(); err != nil {
 			return fail(fmt.Errorf("seccomp: %w", err))
 		}
+		// No core dumps, hard (user code holds no CAP_SYS_RESOURCE to
+		// raise it back), as the other variants: where the node's
+		// core_pattern is a pipe, the kernel hands a crashing process's
+		// memory to a helper running as the node's root, whatever the
+		// soft limit (the hostile suite's CoreDumps: pods got an unlimited
+		// hard limit from the runtime).
+		if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{}); err != nil {
+			return fail(fmt.Errorf("setrlimit(RLIMIT_CORE, 0): %w", err))
+		}
 	}
 	ctx := context.Background()
 	if *sandbox && os.Getpid() == 1 {
