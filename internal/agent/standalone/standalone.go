@@ -39,6 +39,10 @@ const (
 	EnvEnv = "CODE_SANDBOXES_ENV"
 )
 
+// sandboxNoFile is RLIMIT_NOFILE in --sandbox mode (the local and docker
+// variants' 4096).
+const sandboxNoFile = 4096
+
 // maxEnvJSON bounds EnvEnv: the launcher is trusted, but a bound costs
 // nothing and keeps a mistake from eating the sandbox's memory.
 const maxEnvJSON = 1 << 20
@@ -139,6 +143,20 @@ func Main(args []string) int {
 		// hard limit from the runtime).
 		if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{}); err != nil {
 			return fail(fmt.Errorf("setrlimit(RLIMIT_CORE, 0): %w", err))
+		}
+		// Descriptors bounded as on the other variants (4096, or lower if
+		// that is what we were given): the runtime's default let user code
+		// hold 20,000 (the hostile suite's FileDescriptors).
+		var nofile syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+			return fail(fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err))
+		}
+		if nofile.Max > sandboxNoFile {
+			nofile.Max = sandboxNoFile
+		}
+		nofile.Cur = nofile.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+			return fail(fmt.Errorf("setrlimit(RLIMIT_NOFILE, %d): %w", nofile.Max, err))
 		}
 	}
 	ctx := context.Background()
