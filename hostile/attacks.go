@@ -620,6 +620,152 @@ for name, ring in (('session', -3), ('user', -4), ('user-session', -5), ('thread
 `,
 	},
 	{
+		name:  "InheritedDescriptors",
+		tries: "descriptors the agent let user code inherit: its listening socket (accepting the host's connections would hand user code the access token), its connections, pipes of other kernels, the host's files",
+		stops: "the agent opens everything close-on-exec (Go's default) and starts kernels and commands with only their own standard streams and protocol pipes",
+		code: `
+import stat
+def fds(pid):
+    out = {}
+    for fd in os.listdir('/proc/%s/fd' % pid):
+        try:
+            out[int(fd)] = os.readlink('/proc/%s/fd/%s' % (pid, fd))
+        except OSError:
+            pass
+    return out
+r = subprocess.run([sys.executable, '-c', 'import os, json; print(json.dumps({f: os.readlink("/proc/self/fd/" + f) for f in os.listdir("/proc/self/fd") if os.path.exists("/proc/self/fd/" + f)}))'], capture_output=True, timeout=20, close_fds=False)
+import json
+child = {int(k): v for k, v in json.loads(r.stdout).items()}
+for who, table in (('kernel', fds('self')), ('child', child)):
+    for fd, target in sorted(table.items()):
+        if fd <= 2:
+            continue
+        try:
+            st = os.fstat(fd) if who == 'kernel' else None
+        except OSError:
+            st = None
+        listening = False
+        if st is not None and stat.S_ISSOCK(st.st_mode):
+            try:
+                so = socket.socket(fileno=os.dup(fd))
+                listening = so.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+                so.detach()
+            except OSError:
+                pass
+        if listening:
+            bad('%s-fd-%d' % (who, fd), 'a listening socket: %s' % target)
+        elif target.startswith('/') and not target.startswith(('/home/user', '/tmp', '/files', '/dev/', '/proc/', '/usr/', '/etc/', '/opt/', '/var/')):
+            bad('%s-fd-%d' % (who, fd), 'a host path: %s' % target)
+        else:
+            ok('%s-fd-%d' % (who, fd), target)
+ok('fds-seen', 'kernel %d, child %d' % (len(fds('self')), len(child)))
+`,
+	},
+	{
+		name:  "AgentPortHijack",
+		tries: "taking over the agent's TCP port (the kubernetes variant's agent listens in the pod, where the port-forward connects with the access token): binding it again on every local address, with SO_REUSEADDR and SO_REUSEPORT",
+		stops: "the kernel refuses a second bind of a port bound by another uid's or a non-REUSEPORT socket; the agent binds its port on every address before user code runs",
+		code: `
+ports = set()
+for f in ('/proc/net/tcp', '/proc/net/tcp6'):
+    for l in open(f).readlines()[1:]:
+        x = l.split()
+        if x[3] == '0A':
+            ports.add(int(x[1].rsplit(':', 1)[1], 16))
+mine = set()
+if not ports:
+    ok('no-tcp-listener', 'the agent listens on no TCP port here (a unix socket outside the sandbox\'s reach)')
+for p in sorted(ports):
+    for fam, addr in ((socket.AF_INET, '0.0.0.0'), (socket.AF_INET, '127.0.0.1'), (socket.AF_INET, '127.0.0.2'), (socket.AF_INET6, '::'), (socket.AF_INET6, '::1')):
+        for opt in (None, socket.SO_REUSEADDR, socket.SO_REUSEPORT):
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            try:
+                if opt:
+                    s.setsockopt(socket.SOL_SOCKET, opt, 1)
+                s.bind((addr, p)); s.listen(1)
+                bad('bind-%s-%d-%s' % (addr, p, opt), 'bound the agent\'s port')
+            except OSError as e:
+                ok('bind-%s-%d-%s' % (addr, p, opt), 'refused ' + en(e.errno))
+            finally:
+                s.close()
+`,
+	},
+	{
+		name:  "PidProbing",
+		tries: "finding other processes by number rather than through /proc: kill(pid, 0) and pidfd_open for every pid up to 65536, to reach the host's or another sandbox's",
+		stops: "the sandbox's own pid namespace: only its own processes have numbers in it",
+		code: `
+own = {int(p) for p in os.listdir('/proc') if p.isdigit()}
+if len(own) > 64:
+    bad('pid-namespace', '%d processes in /proc: not a namespace of the sandbox\'s own' % len(own))
+found = []
+for pid in range(1, 65537):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        continue
+    except PermissionError:
+        pass
+    if pid not in own and os.path.exists('/proc/%d' % pid) is False:
+        found.append(pid)
+# Processes started meanwhile (this probe's own) are the sandbox's.
+now = {int(p) for p in os.listdir('/proc') if p.isdigit()}
+found = [p for p in found if p not in now]
+if found:
+    bad('kill-0', 'pids outside the sandbox\'s /proc answer: %s' % found[:20])
+else:
+    ok('kill-0', 'only the sandbox\'s %d processes answer among 65536 pids' % len(own))
+hits = []
+for pid in range(1, 65537):
+    r, e = sysc(NR['pidfd_open'], pid, 0)
+    if r >= 0:
+        os.close(r)
+        if pid not in now and not os.path.exists('/proc/%d' % pid):
+            hits.append(pid)
+if hits:
+    bad('pidfd_open', 'pids outside the sandbox: %s' % hits[:20])
+else:
+    ok('pidfd_open', 'only the sandbox\'s own')
+`,
+	},
+	{
+		name:  "NetworkNamespaceViews",
+		tries: "the host's network state through /proc: its listening sockets and connections (/proc/net/tcp, udp, unix), routes, interfaces, ARP and netfilter tables",
+		stops: "a network namespace of the sandbox's own: /proc/net shows only it (loopback, and tun0 or the pod's interface)",
+		code: `
+ifaces = sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:])
+host_like = [i for i in ifaces if i.startswith(('docker', 'br-', 'veth', 'cni', 'flannel', 'cali', 'ens', 'enp', 'wl', 'virbr', 'kube', 'tailscale', 'wg'))]
+if host_like:
+    bad('interfaces', 'host interfaces visible: %s' % host_like)
+else:
+    ok('interfaces', ' '.join(ifaces))
+listen = []
+for f in ('/proc/net/tcp', '/proc/net/tcp6'):
+    for l in open(f).readlines()[1:]:
+        x = l.split()
+        if x[3] == '0A':
+            listen.append(int(x[1].rsplit(':', 1)[1], 16))
+# The node's or host's usual services: sshd, the API server, kubelet,
+# etcd, containerd's stream server, dockerd.
+host_ports = [p for p in listen if p in (22, 6443, 10250, 10255, 2379, 2380, 2375, 2376, 10010)]
+if host_ports:
+    bad('listeners', 'host service ports listening in the sandbox\'s namespace: %s' % host_ports)
+else:
+    ok('listeners', 'listening ports: %s' % sorted(set(listen)))
+routes = [l.split()[0] for l in open('/proc/net/route').readlines()[1:]]
+ok('routes', 'devices with routes: %s' % sorted(set(routes)))
+for p in ('/proc/net/ip_tables_names', '/proc/net/nf_conntrack', '/proc/net/arp'):
+    try:
+        rows = open(p).read().strip().splitlines()
+    except OSError as e:
+        ok(p, 'absent or refused ' + en(e.errno)); continue
+    if p.endswith('conntrack') and rows:
+        bad(p, '%d tracked connections visible' % len(rows))
+    else:
+        ok(p, '%d rows' % len(rows))
+`,
+	},
+	{
 		name:  "TimeNamespace",
 		tries: "moving the clock: adjtimex and clock_adjtime in write mode, a time namespace with boot/monotonic offsets",
 		stops: "the seccomp filter refuses adjtimex/clock_adjtime and namespaces; setting the clock needs CAP_SYS_TIME besides",
