@@ -663,8 +663,8 @@ ok('fds-seen', 'kernel %d, child %d' % (len(fds('self')), len(child)))
 	},
 	{
 		name:  "AgentPortHijack",
-		tries: "taking over the agent's TCP port (the kubernetes variant's agent listens in the pod, where the port-forward connects with the access token): binding it again on every local address, with SO_REUSEADDR and SO_REUSEPORT",
-		stops: "the kernel refuses a second bind of a port bound by another uid's or a non-REUSEPORT socket; the agent binds its port on every address before user code runs",
+		tries: "taking over the agent's TCP port (the kubernetes variant's agent listens in the pod, where the port-forward connects to localhost with the access token): binding it again on either loopback or a wildcard, with SO_REUSEADDR and SO_REUSEPORT",
+		stops: "the agent holds its port on both loopbacks (127.0.0.1 and ::1) before user code runs; the kernel refuses a second bind of a listening port",
 		code: `
 ports = set()
 for f in ('/proc/net/tcp', '/proc/net/tcp6'):
@@ -676,7 +676,9 @@ mine = set()
 if not ports:
     ok('no-tcp-listener', 'the agent listens on no TCP port here (a unix socket outside the sandbox\'s reach)')
 for p in sorted(ports):
-    for fam, addr in ((socket.AF_INET, '0.0.0.0'), (socket.AF_INET, '127.0.0.1'), (socket.AF_INET, '127.0.0.2'), (socket.AF_INET6, '::'), (socket.AF_INET6, '::1')):
+    # Where a connection to "localhost" can land: both loopbacks and the
+    # wildcards that cover them.
+    for fam, addr in ((socket.AF_INET, '0.0.0.0'), (socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::'), (socket.AF_INET6, '::1')):
         for opt in (None, socket.SO_REUSEADDR, socket.SO_REUSEPORT):
             s = socket.socket(fam, socket.SOCK_STREAM)
             try:

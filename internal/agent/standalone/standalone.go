@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
@@ -125,6 +126,17 @@ func Main(args []string) int {
 	}
 	if network == "unix" {
 		_ = os.Chmod(addr, 0o600)
+	}
+	if host, port, err := net.SplitHostPort(addr); *sandbox && network == "tcp" && err == nil && host == "127.0.0.1" {
+		// The same port on IPv6's loopback too, before user code runs:
+		// a port-forward dials "localhost", and the runtime (containerd)
+		// falls back to [::1] when 127.0.0.1 does not answer; a listener
+		// of user code there would get the host's connections and their
+		// access token (the hostile suite's AgentPortHijack). Without IPv6
+		// in the pod there is nothing to hold.
+		if ln6, err := net.Listen("tcp6", net.JoinHostPort("::1", port)); err == nil {
+			ln = newMultiListener(ln, ln6)
+		}
 	}
 	if *sandbox {
 		// The local variant's seccomp filter on every thread, stacked on
@@ -269,3 +281,61 @@ func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "code-sandboxes-agent:", err)
 	return 1
 }
+
+// multiListener accepts from several listeners (the agent's port on both
+// loopbacks).
+type multiListener struct {
+	lns   []net.Listener
+	conns chan net.Conn
+	errc  chan error
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newMultiListener(lns ...net.Listener) *multiListener {
+	m := &multiListener{lns: lns, conns: make(chan net.Conn), errc: make(chan error, len(lns)), done: make(chan struct{})}
+	for _, l := range lns {
+		go func(l net.Listener) {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					m.errc <- err
+					return
+				}
+				select {
+				case m.conns <- c:
+				case <-m.done:
+					c.Close()
+					return
+				}
+			}
+		}(l)
+	}
+	return m
+}
+
+func (m *multiListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-m.conns:
+		return c, nil
+	case err := <-m.errc:
+		return nil, err
+	case <-m.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (m *multiListener) Close() error {
+	var err error
+	m.once.Do(func() {
+		close(m.done)
+		for _, l := range m.lns {
+			if e := l.Close(); err == nil {
+				err = e
+			}
+		}
+	})
+	return err
+}
+
+func (m *multiListener) Addr() net.Addr { return m.lns[0].Addr() }
