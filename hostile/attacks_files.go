@@ -367,7 +367,7 @@ threading.Thread(target=flip, daemon=True).start()`, 60*time.Second)
 						// in-place upload or the flipper's writes): only the
 						// bytes of what we and the flipper write, at most
 						// 11 of them. Anything else came from elsewhere.
-						if len(b) > 11 || strings.Trim(string(b), "regular\nplain fieRACE-WRIT") != "" {
+						if len(b) > 11 || strings.Trim(string(b), "regulapin fRACE-WIT\n") != "" {
 							mu.Lock()
 							bad = append(bad, fmt.Sprintf("read %d bytes of something else: %.40q", len(b), b))
 							mu.Unlock()
