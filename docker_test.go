@@ -403,9 +403,11 @@ print(status['CapEff'].strip(), status['NoNewPrivs'].strip(), init['Uid'].split(
 	if os.Geteuid() == 0 {
 		reach = "denied"
 	}
+	// setuid(0): EINVAL, uid 0 does not exist in the sandbox's user
+	// namespace (only uid 1000 is mapped, to the sandbox's host uid).
 	want := "['agent.sock']\n" +
 		"denied denied denied denied denied\n" +
-		"denied denied denied denied " + reach + "\n" +
+		"denied denied EINVAL denied " + reach + "\n" +
 		"0000000000000000 1 ['1000', '1000'] 0000000000000000 []\n"
 	if ex.Stdout() != want {
 		t.Errorf("inside the sandbox:\n%s\nwant:\n%s(error %v)", ex.Stdout(), want, ex.Error)

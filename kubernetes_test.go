@@ -4,16 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,10 +19,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	k8s "k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/k8stest"
 	"github.com/code-sandboxes/code-sandboxes/internal/kubernetes"
 	k8svariant "github.com/code-sandboxes/code-sandboxes/kubernetes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
@@ -34,126 +31,23 @@ import (
 // The kubernetes tests need a cluster (KUBECONFIG) into which they can
 // import images (CODE_SANDBOXES_K8S_IMPORT): scripts/with-k8s.sh gives
 // both. They export the built "python" environment with this test binary
-// as its agent (so it must be static: CGO_ENABLED=0, as make test sets),
-// import it, and run sandboxes from it.
-
-var (
-	k8sOnce  sync.Once
-	k8sSetup *k8sEnv
-	k8sErr   error
-)
+// as its agent (internal/k8stest), import it, and run sandboxes from it.
 
 type k8sEnv struct {
 	cs    k8s.Interface
 	image string
 }
 
-// k8sTestCache keeps exported images between runs: the export takes about
-// a minute, and its input (this binary, the build) rarely changes.
-const k8sTestCache = "/tmp/code-sandboxes-k8s-test"
-
 func k8sCluster(t *testing.T) *k8sEnv {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("creates pods")
-	}
-	sandboxestest.Require(t, os.Getenv("KUBECONFIG") != "", "a Kubernetes cluster (KUBECONFIG): run the tests under scripts/with-k8s.sh (make test does)")
-	sandboxestest.Require(t, os.Getenv("CODE_SANDBOXES_K8S_IMPORT") != "", "a way to load images into the cluster ($CODE_SANDBOXES_K8S_IMPORT, set by scripts/with-k8s.sh)")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
-	f.Close()
-	sandboxestest.Require(t, static, "a static test binary (it is the pods' agent): run the kubernetes tests with CGO_ENABLED=0 (make test does)")
-	st, err := environment.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The variant never builds; its tests do, once per machine (the
-	// other variants build it on first use as well).
-	bctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	b, err := st.Ensure(bctx, "python", environment.BuildOptions{Progress: os.Stderr})
-	cancel()
-	sandboxestest.Require(t, err == nil, fmt.Sprintf("the python environment built on this machine (code-sandboxes environments build python): %v", err))
-	k8sOnce.Do(func() { k8sSetup, k8sErr = setupK8s(exe, b) })
-	if k8sErr != nil {
-		t.Fatal(k8sErr)
-	}
+	e := k8stest.Cluster(t)
 	// The variant's own settings must reach it: without this, every
 	// Kubernetes.* field below would be silently ignored.
-	_, err = sandboxes.List(context.Background(), sandboxes.Config{Variant: "kubernetes", Options: k8svariant.Options{Kubeconfig: "/nonexistent/kubeconfig"}}, sandboxes.ListOptions{})
+	_, err := sandboxes.List(context.Background(), sandboxes.Config{Variant: "kubernetes", Options: k8svariant.Options{Kubeconfig: "/nonexistent/kubeconfig"}}, sandboxes.ListOptions{})
 	if err == nil {
 		t.Fatal("Config.Options does not reach the kubernetes variant (sandboxes.Config.spec must pass it on)")
 	}
-	return k8sSetup
-}
-
-func setupK8s(exe string, b *environment.Build) (*k8sEnv, error) {
-	raw, err := os.ReadFile(exe)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(append(raw, b.ID...))
-	tarPath := filepath.Join(k8sTestCache, hex.EncodeToString(sum[:8])+".tar")
-	tag := environment.ImageTag(b)
-	if _, err := os.Stat(tarPath); err != nil {
-		if err := os.MkdirAll(k8sTestCache, 0o755); err != nil {
-			return nil, err
-		}
-		old, _ := filepath.Glob(filepath.Join(k8sTestCache, "*.tar"))
-		for _, o := range old {
-			os.Remove(o)
-		}
-		start := time.Now()
-		tmp := tarPath + ".tmp"
-		// The export reads the rootfs twice (digest, then write); a
-		// concurrent reader of the store changing atimes between the two
-		// makes them disagree ("archive/tar: write too long"), so retry.
-		for attempt := 1; ; attempt++ {
-			out, err := os.Create(tmp)
-			if err != nil {
-				return nil, err
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			err = environment.WriteImageTar(ctx, b, tag, []environment.ExtraFile{{Path: environment.AgentPath, HostPath: exe, Mode: 0o755}}, out)
-			cancel()
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err == nil {
-				break
-			}
-			os.Remove(tmp)
-			if attempt == 3 {
-				return nil, fmt.Errorf("exporting the python environment: %w", err)
-			}
-			fmt.Fprintf(os.Stderr, "kubernetes tests: export attempt %d: %v; retrying\n", attempt, err)
-		}
-		if err := os.Rename(tmp, tarPath); err != nil {
-			return nil, err
-		}
-		fmt.Fprintf(os.Stderr, "kubernetes tests: exported %s in %s\n", tag, time.Since(start).Round(time.Millisecond))
-	}
-	start := time.Now()
-	argv := append(strings.Fields(os.Getenv("CODE_SANDBOXES_K8S_IMPORT")), tarPath)
-	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("importing %s: %v: %s", tarPath, err, out)
-	}
-	fmt.Fprintf(os.Stderr, "kubernetes tests: imported %s in %s\n", tag, time.Since(start).Round(time.Millisecond))
-	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
-	if err != nil {
-		return nil, err
-	}
-	cs, err := k8s.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &k8sEnv{cs: cs, image: tag}, nil
+	return &k8sEnv{cs: e.CS, image: e.Image}
 }
 
 // namespace makes a namespace of its own for a test (so that "nothing

@@ -236,7 +236,8 @@ func (d *dockerSandboxes) waitGone(t *testing.T, id string) {
 
 // TestHostileOnDocker runs the hostile-code suite on the docker variant: a
 // container per sandbox from the python environment's image, our agent as
-// its PID 1 running as uid 1000. The host side keeps the access token in
+// its PID 1 and, in the sandbox's own user namespace, uid 1000 (a host uid of
+// the sandbox's own). The host side keeps the access token in
 // <runtime dir>/<id>/record.json, which must be out of every sandbox's reach.
 func TestHostileOnDocker(t *testing.T) {
 	if testing.Short() {

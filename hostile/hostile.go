@@ -256,6 +256,9 @@ func Run(t *testing.T, cfg sandboxes.Config, o Options) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { skip(t); tc.f(t) })
 	}
+	for _, tc := range c.moreCases() {
+		t.Run(tc.name, func(t *testing.T) { skip(t); tc.f(t) })
+	}
 
 	t.Run("HostAndNeighbourUnaffected", func(t *testing.T) {
 		alive(t, victim, "the suite")

@@ -61,6 +61,10 @@ type Config struct {
 	// even connect; 0 = 0666, for callers that aren't root (the token is
 	// then the only gate, as it always is for everything but /health).
 	SocketMode os.FileMode `json:"socket_mode,omitempty"`
+	// HostUID is the sandbox's own host uid (and gid), from
+	// records.DockerUIDs: the contract's uid 1000 and gid 100 map to it
+	// (userns.go). 0 = none (gVisor sandboxes).
+	HostUID int `json:"host_uid,omitempty"`
 }
 
 func fail(name, format string, a ...any) int {
@@ -117,6 +121,16 @@ func Run(name, runDir string) int {
 			return fail(name, "chmod %s: %v", sock, err)
 		}
 	}
+	if cfg.HostUID != 0 {
+		return runOuter(name, ln.(*net.UnixListener), cfg)
+	}
+	return serve(name, ln, cfg)
+}
+
+// serve drops to the sandbox user for good, then serves: the agent of a
+// container without a host uid of its own (Run), or the agent proper in the
+// sandbox's user namespace (RunInner).
+func serve(name string, ln net.Listener, cfg Config) int {
 	if err := DropPrivileges(); err != nil {
 		return fail(name, "dropping privileges: %v", err)
 	}
@@ -196,21 +210,25 @@ func readConfig(path string) (Config, error) {
 // inheritable set survive a uid change: they are emptied first, on every
 // thread, as the local variant does (hostile suite, Escalation: CapBnd was
 // 0xc0). Harmless under no_new_privs, but nothing should be left to rely on.
-func DropPrivileges() error {
+func DropPrivileges() error { return DropPrivilegesTo(sandboxUID, sandboxGID) }
+
+// DropPrivilegesTo is DropPrivileges to uid and gid (the outer init of a
+// sandbox with a host uid of its own becomes that uid).
+func DropPrivilegesTo(uid, gid int) error {
 	if err := dropBoundingSet(); err != nil {
 		return err
 	}
 	if err := syscall.Setgroups([]int{}); err != nil {
 		return fmt.Errorf("setgroups([]): %w", err)
 	}
-	if err := syscall.Setgid(sandboxGID); err != nil {
-		return fmt.Errorf("setgid(%d): %w", sandboxGID, err)
+	if err := syscall.Setgid(gid); err != nil {
+		return fmt.Errorf("setgid(%d): %w", gid, err)
 	}
-	if err := syscall.Setuid(sandboxUID); err != nil {
-		return fmt.Errorf("setuid(%d): %w", sandboxUID, err)
+	if err := syscall.Setuid(uid); err != nil {
+		return fmt.Errorf("setuid(%d): %w", uid, err)
 	}
 	// Verify rather than trust: a half-done drop must not serve user code.
-	if syscall.Getuid() != sandboxUID || syscall.Geteuid() != sandboxUID || syscall.Getgid() != sandboxGID || syscall.Getegid() != sandboxGID {
+	if syscall.Getuid() != uid || syscall.Geteuid() != uid || syscall.Getgid() != gid || syscall.Getegid() != gid {
 		return fmt.Errorf("ids after the drop: uid %d euid %d gid %d egid %d", syscall.Getuid(), syscall.Geteuid(), syscall.Getgid(), syscall.Getegid())
 	}
 	if err := syscall.Setuid(0); err == nil {

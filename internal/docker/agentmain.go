@@ -39,9 +39,11 @@ func Main() {
 	switch os.Getenv(roleEnv) {
 	case roleAgent:
 		os.Exit(ctragent.Run("docker agent", runInContainer))
+	case ctragent.InnerRole:
+		os.Exit(ctragent.RunInner("docker agent"))
 	case roleNetwork:
 		os.Exit(runNetwork())
 	}
 }
 
-func dropPrivileges() error { return ctragent.DropPrivileges() }
+func dropPrivileges(uid, gid int) error { return ctragent.DropPrivilegesTo(uid, gid) }

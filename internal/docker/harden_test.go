@@ -45,7 +45,7 @@ func TestAgentDropsEverything(t *testing.T) {
 }
 
 func dropChild() error {
-	if err := dropPrivileges(); err != nil {
+	if err := dropPrivileges(sandboxUID, sandboxGID); err != nil {
 		return err
 	}
 	if err := isolate.LoadSeccompAllThreads(); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -302,6 +303,9 @@ type launchSpec struct {
 	pids          int64
 	env           map[string]string
 	containerName string
+	// hostUID is the sandbox's own host uid and gid (records.DockerUIDs):
+	// the contract's uid 1000 and gid 100 inside map to it.
+	hostUID int
 }
 
 // launch makes the sandbox's directory, container and agent, and returns
@@ -343,6 +347,13 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 		}
 		_ = os.RemoveAll(ls.dir)
 	}()
+	// A host uid of the sandbox's own (ctragent's userns.go); not under
+	// gVisor, whose uids are its own kernel's.
+	if spec.Isolation != isolationGVisor {
+		if ls.hostUID, err = records.AllocHostUID(ls.rt, ls.dir, records.DockerUIDs); err != nil {
+			return nil, err
+		}
+	}
 	run := filepath.Join(ls.dir, runSubdir)
 	if err := os.Mkdir(run, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the sandbox's directory: %w", err)
@@ -358,7 +369,7 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	acfg := agentConfig{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
 		// A kernel started before pip ran would not see the user site
 		// directory pip creates; let it start on first use instead.
-		NoPrewarm: len(spec.Packages) > 0}
+		NoPrewarm: len(spec.Packages) > 0, HostUID: ls.hostUID}
 	if os.Geteuid() == 0 {
 		acfg.SocketMode = 0o600
 	}
@@ -508,7 +519,13 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 	tmpfs := func(size int64, mode string, user bool) string {
 		o := fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,nr_inodes=%d,mode=%s", size, isolate.TmpfsInodes(size), mode)
 		if user {
-			o += fmt.Sprintf(",uid=%d,gid=%d", sandboxUID, sandboxGID)
+			// The host ids the contract's user maps to (its user
+			// namespace shows them as 1000:100).
+			uid, gid := ls.hostUID, ls.hostUID
+			if uid == 0 { // gVisor: the contract's ids
+				uid, gid = sandboxUID, sandboxGID
+			}
+			o += fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
 		}
 		return o
 	}
@@ -531,7 +548,6 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         capAdd,
-		SecurityOpt:    []string{"no-new-privileges"},
 		IpcMode:        "private",
 		// Its own cgroup namespace, as a local sandbox: without one (the
 		// engine's default on cgroup v1) /proc/self/cgroup shows the host's
@@ -546,6 +562,24 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		},
+	}
+	if ls.hostUID != 0 {
+		// The agent gives the sandbox a user namespace of its own (uid
+		// 1000 inside = the sandbox's host uid) with a pid namespace and
+		// a /proc of its own (agentmain.go): the engine's default seccomp
+		// profile refuses clone(CLONE_NEWUSER) and mount to a container
+		// without CAP_SYS_ADMIN, and its AppArmor profile refuses mount.
+		// The agent loads the local variant's seccomp filter on itself
+		// before any user code runs (it refuses namespaces, mount, ptrace,
+		// io_uring…: more than the engine's profile), and masks /proc as
+		// the engine would (the engine's masks would make the kernel
+		// refuse a new proc mount).
+		hc.SecurityOpt = []string{"no-new-privileges", "seccomp=unconfined", "apparmor=unconfined"}
+		hc.MaskedPaths, hc.ReadonlyPaths = sysMaskedPaths, []string{}
+	} else {
+		// gVisor: the engine's profiles as they are (runsc applies what it
+		// can in its own kernel), and no namespaces of ours inside.
+		hc.SecurityOpt = []string{"no-new-privileges"}
 	}
 	if ls.network != "none" {
 		// The resolver of the user-space stack (network.go).
@@ -768,3 +802,8 @@ func (e *engine) sweep(ctx context.Context, rt string, cs []container.Summary, r
 	}
 	return alive, n
 }
+
+// sysMaskedPaths are the engine's masks outside /proc, which it still
+// applies to a sandbox with a host uid of its own (ctragent masks its own
+// /proc: the engine's masks there would make the kernel refuse the mount).
+var sysMaskedPaths = []string{"/sys/firmware", "/sys/devices/virtual/powercap"}

@@ -160,9 +160,13 @@ func entryInfo(path string) (*fspb.EntryInfo, error) {
 }
 
 func entryInfoFrom(path string, fi fs.FileInfo) *fspb.EntryInfo {
+	// Protobuf strings must be UTF-8: one file user code named with
+	// invalid bytes would otherwise fail the whole listing (the hostile
+	// suite's FilesOddNames). Such names list with U+FFFD in place of the
+	// bad bytes.
 	e := &fspb.EntryInfo{
-		Name:         fi.Name(),
-		Path:         path,
+		Name:         strings.ToValidUTF8(fi.Name(), "\uFFFD"),
+		Path:         strings.ToValidUTF8(path, "\uFFFD"),
 		Size:         fi.Size(),
 		Mode:         uint32(fi.Mode().Perm()),
 		Permissions:  permString(fi.Mode()),
@@ -173,14 +177,18 @@ func entryInfoFrom(path string, fi fs.FileInfo) *fspb.EntryInfo {
 		e.Owner, e.Group = names.lookup(st.Uid, st.Gid)
 	}
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		if target, err := filepath.EvalSymlinks(path); err == nil {
+		if target, err := filepath.EvalSymlinks(path); err == nil && !procTarget(target) && procRefusal(path) == nil {
+			target = strings.ToValidUTF8(target, "\uFFFD")
 			e.SymlinkTarget = &target
 			if ti, err := os.Stat(target); err == nil {
 				e.Type = fileType(ti.Mode())
 				e.Mode = uint32(ti.Mode().Perm())
 			}
 		} else if target, err := os.Readlink(path); err == nil {
-			// Dangling link: report the raw target and the symlink type.
+			// Dangling link, or one into /proc (what the agent would see
+			// there is its own process: procguard.go): report the raw
+			// target and the symlink type.
+			target = strings.ToValidUTF8(target, "\uFFFD")
 			e.SymlinkTarget = &target
 		}
 	}

@@ -180,11 +180,22 @@ func (h *filesHandler) download(w http.ResponseWriter, r *http.Request) error {
 // anything) and checked; the file is then reopened through that very fd,
 // so what is read is what was checked.
 func openRegular(p string) (*os.File, fs.FileInfo, error) {
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err := guardProcHTTP(p, true); err != nil {
+		return nil, nil, err
+	}
+	// No magic links, and the file opened is checked not to be procfs's
+	// (procguard.go): race-free, whatever user code swaps in meanwhile.
+	fd, err := openNoMagic(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, nil, guardProcHTTP("/proc", true)
+	}
 	if err != nil {
 		return nil, nil, osHTTPError("open "+p, err)
 	}
 	defer unix.Close(fd)
+	if onProc(fd) {
+		return nil, nil, guardProcHTTP("/proc", true)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, nil, osHTTPError("stat "+p, err)
@@ -424,6 +435,9 @@ func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string
 	if err != nil {
 		return uploadedEntry{}, err
 	}
+	if err := guardProcHTTP(p, true); err != nil {
+		return uploadedEntry{}, err
+	}
 	if fi, err := os.Stat(p); err == nil {
 		if fi.IsDir() {
 			return uploadedEntry{}, errorf(http.StatusBadRequest, "path %s is a directory", p)
@@ -433,7 +447,8 @@ func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string
 		}
 	}
 	dir := filepath.Dir(p)
-	open := os.OpenFile
+	// Never through a magic link (/proc/self/fd/…): see procguard.go.
+	open := openFileNoMagic
 	if h.alien(u) {
 		// The user's own broker creates the directories and the file.
 		open = func(name string, flag int, perm os.FileMode) (*os.File, error) {
@@ -448,6 +463,13 @@ func (h *filesHandler) store(dest string, src io.Reader, u User, meta map[string
 	if errors.Is(err, fs.ErrExist) {
 		created = false
 		f, err = open(p, flags, 0)
+	}
+	if errors.Is(err, syscall.ELOOP) {
+		return uploadedEntry{}, guardProcHTTP("/proc", true)
+	}
+	if err == nil && onProc(int(f.Fd())) {
+		f.Close()
+		return uploadedEntry{}, guardProcHTTP("/proc", true)
 	}
 	if err != nil {
 		if errors.Is(err, syscall.ENXIO) {

@@ -70,6 +70,9 @@ func (s *FilesystemService) Stat(_ context.Context, req *connect.Request[fspb.St
 	if err != nil {
 		return nil, err
 	}
+	if err := guardProc(p, false); err != nil {
+		return nil, err
+	}
 	e, err := entryInfo(p)
 	if err != nil {
 		return nil, fsError("stat "+p, err)
@@ -80,6 +83,9 @@ func (s *FilesystemService) Stat(_ context.Context, req *connect.Request[fspb.St
 func (s *FilesystemService) MakeDir(_ context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
 	p, u, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
+		return nil, err
+	}
+	if err := guardProc(p, true); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Stat(p); err == nil {
@@ -107,6 +113,11 @@ func (s *FilesystemService) Move(_ context.Context, req *connect.Request[fspb.Mo
 	if err != nil {
 		return nil, err
 	}
+	for _, q := range []string{src, dst} {
+		if err := guardProc(q, false); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := os.Lstat(src); err != nil {
 		return nil, fsError("source "+src, err)
 	}
@@ -126,6 +137,9 @@ func (s *FilesystemService) Move(_ context.Context, req *connect.Request[fspb.Mo
 func (s *FilesystemService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
 	root, _, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
+		return nil, err
+	}
+	if err := guardProc(root, true); err != nil {
 		return nil, err
 	}
 	depth := int(req.Msg.GetDepth())
@@ -186,6 +200,9 @@ func (s *FilesystemService) Remove(_ context.Context, req *connect.Request[fspb.
 	if p == "/" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 	}
+	if err := guardProc(p, false); err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(p); err != nil {
 		return nil, fsError("remove "+p, err)
 	}
@@ -203,6 +220,9 @@ type watchParams struct {
 func (s *FilesystemService) startWatch(h http.Header, wp watchParams, queue int, dropWhenFull bool) (*dirWatcher, error) {
 	p, _, err := s.path(h, wp.path)
 	if err != nil {
+		return nil, err
+	}
+	if err := guardProc(p, true); err != nil {
 		return nil, err
 	}
 	fi, err := os.Stat(p)

@@ -282,7 +282,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		},
 	}
 	trace.Mark("isolate: cgroup created")
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if root {
+		// The sandbox's user namespace owned by its host uid, not root
+		// (owner.go: per-user counts charged to the owner).
+		start = func() error { return StartOwnedBy(cmd, hostUID) }
+	}
+	if err := start(); err != nil {
 		if serr := CheckSupport(); serr != nil {
 			return nil, fmt.Errorf("isolate: start sandbox: %w (%v)", err, serr)
 		}

@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
@@ -38,6 +39,10 @@ const (
 	// Secret on kubernetes), not in the pod's spec.
 	EnvEnv = "CODE_SANDBOXES_ENV"
 )
+
+// sandboxNoFile is RLIMIT_NOFILE in --sandbox mode (the local and docker
+// variants' 4096).
+const sandboxNoFile = 4096
 
 // maxEnvJSON bounds EnvEnv: the launcher is trusted, but a bound costs
 // nothing and keeps a mistake from eating the sandbox's memory.
@@ -122,6 +127,17 @@ func Main(args []string) int {
 	if network == "unix" {
 		_ = os.Chmod(addr, 0o600)
 	}
+	if host, port, err := net.SplitHostPort(addr); *sandbox && network == "tcp" && err == nil && host == "127.0.0.1" {
+		// The same port on IPv6's loopback too, before user code runs:
+		// a port-forward dials "localhost", and the runtime (containerd)
+		// falls back to [::1] when 127.0.0.1 does not answer; a listener
+		// of user code there would get the host's connections and their
+		// access token (the hostile suite's AgentPortHijack). Without IPv6
+		// in the pod there is nothing to hold.
+		if ln6, err := net.Listen("tcp6", net.JoinHostPort("::1", port)); err == nil {
+			ln = newMultiListener(ln, ln6)
+		}
+	}
 	if *sandbox {
 		// The local variant's seccomp filter on every thread, stacked on
 		// whatever the runtime installed (a pod's RuntimeDefault differs
@@ -130,6 +146,29 @@ func Main(args []string) int {
 		// closed: no sandbox without it.
 		if err := isolate.LoadSeccompAllThreads(); err != nil {
 			return fail(fmt.Errorf("seccomp: %w", err))
+		}
+		// No core dumps, hard (user code holds no CAP_SYS_RESOURCE to
+		// raise it back), as the other variants: where the node's
+		// core_pattern is a pipe, the kernel hands a crashing process's
+		// memory to a helper running as the node's root, whatever the
+		// soft limit (the hostile suite's CoreDumps: pods got an unlimited
+		// hard limit from the runtime).
+		if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{}); err != nil {
+			return fail(fmt.Errorf("setrlimit(RLIMIT_CORE, 0): %w", err))
+		}
+		// Descriptors bounded as on the other variants (4096, or lower if
+		// that is what we were given): the runtime's default let user code
+		// hold 20,000 (the hostile suite's FileDescriptors).
+		var nofile syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+			return fail(fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err))
+		}
+		if nofile.Max > sandboxNoFile {
+			nofile.Max = sandboxNoFile
+		}
+		nofile.Cur = nofile.Max
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+			return fail(fmt.Errorf("setrlimit(RLIMIT_NOFILE, %d): %w", nofile.Max, err))
 		}
 	}
 	ctx := context.Background()
@@ -242,3 +281,61 @@ func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "code-sandboxes-agent:", err)
 	return 1
 }
+
+// multiListener accepts from several listeners (the agent's port on both
+// loopbacks).
+type multiListener struct {
+	lns   []net.Listener
+	conns chan net.Conn
+	errc  chan error
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newMultiListener(lns ...net.Listener) *multiListener {
+	m := &multiListener{lns: lns, conns: make(chan net.Conn), errc: make(chan error, len(lns)), done: make(chan struct{})}
+	for _, l := range lns {
+		go func(l net.Listener) {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					m.errc <- err
+					return
+				}
+				select {
+				case m.conns <- c:
+				case <-m.done:
+					c.Close()
+					return
+				}
+			}
+		}(l)
+	}
+	return m
+}
+
+func (m *multiListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-m.conns:
+		return c, nil
+	case err := <-m.errc:
+		return nil, err
+	case <-m.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (m *multiListener) Close() error {
+	var err error
+	m.once.Do(func() {
+		close(m.done)
+		for _, l := range m.lns {
+			if e := l.Close(); err == nil {
+				err = e
+			}
+		}
+	})
+	return err
+}
+
+func (m *multiListener) Addr() net.Addr { return m.lns[0].Addr() }

@@ -1,0 +1,133 @@
+package records
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoHostUID: every host uid of a variant's range is held by a sandbox.
+var ErrNoHostUID = errors.New("host uid allocation: every host uid of the range is held by a sandbox")
+
+// UIDRange is a range of host uids (and gids: each sandbox's gid is its
+// uid) that a variant hands out, one per sandbox, so that what one sandbox
+// does as its user (files it leaves, processes, anything the kernel counts
+// per uid) never counts for another sandbox or for a host user. Each
+// variant has a range of its own (the local and docker variants keep their
+// records in different runtime directories, so they could not see each
+// other's allocations in a shared one).
+type UIDRange struct {
+	Base, Size int
+}
+
+// The variants' ranges: above what /etc/subuid hands out (100000 + 65536
+// per user) and systemd's container range (524288…1879048191), below 2^31
+// (tools that read uids as signed ints). LocalRootUIDs is not allocated: a
+// local sandbox's root user takes the slot of its user's uid there. (The
+// environment builder's steps use 0x60000000 and up, 65536 ids per build.)
+var (
+	LocalUIDs     = UIDRange{Base: 0x70000000, Size: 1 << 16}
+	LocalRootUIDs = UIDRange{Base: 0x70010000, Size: 1 << 16}
+	DockerUIDs    = UIDRange{Base: 0x70020000, Size: 1 << 16}
+)
+
+// uidFile is the allocation's record in a sandbox's directory.
+const uidFile = "hostuid"
+
+// Contains reports whether uid belongs to r.
+func (r UIDRange) Contains(uid int) bool { return uid >= r.Base && uid < r.Base+r.Size }
+
+// AllocHostUID picks the lowest uid of r that no sandbox directory of rt
+// holds, and records it in dir (the new sandbox's directory, in rt). The
+// record is a file in the sandbox's directory, written under a lock on rt:
+// it survives restarts of the creating process, and it is freed when the
+// directory goes (when the sandbox ends, or a sweep after a crash).
+func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
+	// The lock is the runtime directory itself (flock on its fd): no file
+	// of ours lies around in it.
+	lf, err := os.Open(rt)
+	if err != nil {
+		return 0, fmt.Errorf("host uid allocation: %w", err)
+	}
+	defer lf.Close()
+	if err := unix.Flock(int(lf.Fd()), unix.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("host uid allocation: %w", err)
+	}
+	defer unix.Flock(int(lf.Fd()), unix.LOCK_UN)
+	used := map[int]bool{}
+	ents, err := os.ReadDir(rt)
+	if err != nil {
+		return 0, fmt.Errorf("host uid allocation: %w", err)
+	}
+	// A directory's uid never changes while it exists (and names are never
+	// reused: they hash random ids), so each is read once per process:
+	// with a thousand sandboxes alive, reading every file on every Create
+	// took tens of milliseconds. A directory without one yet is read again
+	// next time (its creator waits for the lock we hold to write it).
+	uidCache.Lock()
+	defer uidCache.Unlock()
+	key := fmt.Sprintf("%s\x00%d", rt, r.Base)
+	known := uidCache.m[key]
+	if known == nil {
+		known = map[string]int{}
+		uidCache.m[key] = known
+	}
+	present := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		present[e.Name()] = true
+		uid, ok := known[e.Name()]
+		if !ok {
+			if uid, ok = ReadHostUID(filepath.Join(rt, e.Name()), r); ok {
+				known[e.Name()] = uid
+			}
+		}
+		if ok {
+			used[uid] = true
+		}
+	}
+	for name := range known {
+		if !present[name] {
+			delete(known, name)
+		}
+	}
+	for uid := r.Base; uid < r.Base+r.Size; uid++ {
+		if used[uid] {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, uidFile), []byte(strconv.Itoa(uid)), 0o600); err != nil {
+			return 0, fmt.Errorf("host uid allocation: %w", err)
+		}
+		if filepath.Dir(dir) == filepath.Clean(rt) {
+			known[filepath.Base(dir)] = uid
+		}
+		return uid, nil
+	}
+	return 0, fmt.Errorf("%w (%d uids from %d)", ErrNoHostUID, r.Size, r.Base)
+}
+
+// uidCache holds the uids of the runtime directories' sandboxes, by runtime
+// directory and range, then directory name.
+var uidCache = struct {
+	sync.Mutex
+	m map[string]map[string]int
+}{m: map[string]map[string]int{}}
+
+// ReadHostUID returns the host uid recorded in a sandbox's directory, if
+// it holds one of r.
+func ReadHostUID(dir string, r UIDRange) (int, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, uidFile))
+	if err != nil || len(b) > 32 {
+		return 0, false
+	}
+	uid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return uid, err == nil && r.Contains(uid)
+}
