@@ -19,6 +19,7 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/tail"
 )
 
@@ -74,7 +75,9 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 			removeTree(work)
 		}
 	}()
-	bl := &builder{spec: spec, in: in, id: id, work: work, rootfs: filepath.Join(work, "rootfs"), p: p}
+	bl := &builder{spec: spec, in: in, id: id, work: work, rootfs: filepath.Join(work, "rootfs"), p: p,
+		storeDir: s.Dir, loopback: s.LoopbackPorts}
+	defer func() { bl.jail.close() }()
 	if bl.log, err = os.Create(filepath.Join(work, "build.log")); err != nil {
 		return nil, err
 	}
@@ -84,7 +87,9 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 	}
 	defer bl.log.Close()
 	p.linef("environment %s: building %s (%s)", spec.Name, id[:12], bl.baseDesc())
-	if err := bl.run(ctx); err != nil {
+	err = bl.run(ctx)
+	bl.jail.close() // before the work dir moves: its mount is in there
+	if err != nil {
 		// Keep the log where the user can read it after the work dir goes.
 		failed := filepath.Join(s.Dir, "tmp", id[:12]+".failed.log")
 		_ = copyFile(bl.log.Name(), failed)
@@ -167,6 +172,9 @@ type builder struct {
 	log          *os.File
 	logw         io.Writer // log, and BuildOptions.Log
 	p            *progress
+	storeDir     string
+	loopback     []int // Store.LoopbackPorts
+	jail         *jail // made by the first command run in the rootfs
 }
 
 func (b *builder) baseDesc() string {
@@ -257,38 +265,40 @@ func privateNS(argv ...string) []string {
 	return append([]string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child"}, argv...)
 }
 
-// inRoot runs argv chrooted into the rootfs with /proc, /dev and the host's
-// resolver (apt and pip need the network), in private namespaces.
+// inRoot runs argv in the rootfs as its root, in the build's jail (see
+// jail.go: never host root, no host /dev, the internet only through the
+// egress stack).
 func (b *builder) inRoot(ctx context.Context, env []string, argv ...string) error {
-	for _, d := range []string{"proc", "dev", "etc"} {
-		// Inside the rootfs even if the image made them symlinks.
-		f, err := rootfsDir(b.rootfs, d)
+	return b.inJail(ctx, 0, 0, "/", append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}, env...), argv)
+}
+
+// inJail runs argv in the build's jail (made on first use) as uid:gid in
+// workdir, with the jail's resolver in the rootfs for the time of it.
+func (b *builder) inJail(ctx context.Context, uid, gid int, workdir string, env, argv []string) error {
+	if b.jail == nil {
+		j, err := newJail(b.storeDir, b.work, b.rootfs, b.loopback, b.logw)
 		if err != nil {
 			return err
 		}
-		f.Close()
+		b.jail = j
 	}
 	restore, err := b.withResolver()
 	if err != nil {
 		return err
 	}
 	defer restore()
-	script := `set -e; R=$1; shift
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-exec chroot "$R" "$@"`
-	args := privateNS(append([]string{"sh", "-c", script, "sh", b.rootfs}, argv...)...)
-	return b.command(ctx, args, append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/root", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}, env...))
+	return b.jail.run(ctx, b, uid, gid, workdir, env, argv)
 }
 
-// withResolver puts the host's resolv.conf into the rootfs for the step and
-// takes it out again: a built image carries no host network settings.
+// jailResolver is the resolv.conf of a step: the egress stack's resolver
+// on the gateway of tun0 (it forwards to the host's resolvers).
+var jailResolver = []byte("nameserver " + isolate.TUNGatewayIPv4 + "\nnameserver " + isolate.TUNGatewayIPv6 + "\n")
+
+// withResolver puts the jail's resolv.conf into the rootfs for the step and
+// takes it out again: a built image carries no build network settings.
 func (b *builder) withResolver() (func(), error) {
-	host, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		return func() {}, nil // no resolver on the host: loopback indexes still work
-	}
+	host := jailResolver
 	// Every access resolves inside the rootfs: its etc may be a symlink
 	// to a host directory (etc -> /root).
 	const rel = "etc/resolv.conf"
@@ -336,7 +346,13 @@ func (b *builder) withResolver() (func(), error) {
 // command runs argv with its output in the build log; a failure carries the
 // log's tail.
 func (b *builder) command(ctx context.Context, argv, env []string) error {
+	return b.commandFiles(ctx, argv, env, nil)
+}
+
+// commandFiles is command with extra files for the child (fd 3 on).
+func (b *builder) commandFiles(ctx context.Context, argv, env []string, extra []*os.File) error {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.ExtraFiles = extra
 	cmd.Env = env
 	if env == nil {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}
