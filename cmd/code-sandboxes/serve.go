@@ -29,6 +29,7 @@ func serveCmd() *cobra.Command {
 		maxSandboxes, createsPerMinute                                int
 		maxTimeout                                                    time.Duration
 		keep, verbose, requireTraffic, templateBuilds                 bool
+		templateLoopback                                              []int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -114,6 +115,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				DefaultNetwork:      network,
 				RequireTrafficToken: requireTraffic,
 				TemplateBuilds:      templateBuilds,
+				TemplateLoopback:    templateLoopback,
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
 				Logger:              logger,
@@ -168,7 +170,8 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&totalMemory, "max-total-memory", "", "memory a team's sandboxes may have in all, e.g. 16G (\"\" = no limit)")
 	f.Float64Var(&totalCPU, "max-total-cpu", 0, "CPU cores a team's sandboxes may have in all (0 = no limit)")
 	f.IntVar(&createsPerMinute, "max-creates-per-minute", 0, "sandboxes a team may create per minute (0 = no limit)")
-	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine as root with reduced capabilities in a chroot, with its network (SECURITY.md)")
+	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine jailed (a user namespace of their own, never host root; the internet through the egress policy, never the host's own addresses; SECURITY.md)")
+	f.IntSliceVar(&templateLoopback, "template-build-loopback-port", nil, "a TCP port of this machine's loopback that template build steps may reach at 127.0.0.1:<port> (a package index served here); repeatable; none by default")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")

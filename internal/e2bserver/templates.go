@@ -101,11 +101,12 @@ type templateStore struct {
 	teams map[string][]*template // loaded lazily
 }
 
-func newTemplates(envDir string, enabled bool) (*templateStore, error) {
+func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, error) {
 	st, err := environment.Open(envDir)
 	if err != nil {
 		return nil, err
 	}
+	st.LoopbackPorts = loopback
 	t := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates"), store: st, enabled: enabled,
 		queue: make(chan func(), 1024), teams: map[string][]*template{}}
 	if _, err := rand.Read(t.secret[:]); err != nil {
@@ -590,11 +591,16 @@ type startBody struct {
 // templates the SDKs name, and the image E2B's Template() starts from.
 var builtinBases = []string{"base", "code-interpreter-v1", "e2bdev/base", "e2bdev/base:latest", "e2bdev/code-interpreter", "e2bdev/code-interpreter:latest"}
 
+// envName is the environment store's name of a team's template.
+func envName(team, name string) string {
+	sum := sha256.Sum256([]byte(team + "\x00" + name))
+	return "tpl-" + hex.EncodeToString(sum[:12])
+}
+
 // specOf turns a template build into an environment spec, or says which
 // part can't be built here.
 func (s *Server) specOf(team string, tp *template, body *startBody) (*environment.Spec, string, error) {
-	sum := sha256.Sum256([]byte(team + "\x00" + tp.Name))
-	spec := &environment.Spec{Name: "tpl-" + hex.EncodeToString(sum[:12]), Description: "E2B template " + tp.Name + " of team " + team}
+	spec := &environment.Spec{Name: envName(team, tp.Name), Description: "E2B template " + tp.Name + " of team " + team}
 	switch {
 	case len(body.FromImageRegistry) > 0 && string(body.FromImageRegistry) != "null":
 		return nil, "base", errors.New("fromImageRegistry (registry credentials, AWS or GCP) is not supported: use a public image, or a template built here")
@@ -878,14 +884,25 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		"createdAt": tp.CreatedAt, "updatedAt": tp.UpdatedAt, "lastSpawnedAt": tp.SpawnedAt, "spawnCount": tp.Spawns, "builds": builds})
 }
 
-// deleteTemplate forgets the template. Its environment builds stay in the
-// store (content-addressed, and a running sandbox may be on one); the
-// operator removes them with `code-sandboxes environments rm`.
+// deleteTemplate forgets the template and removes its environment builds
+// that nothing else holds (releaseBuilds): a build a live sandbox of the
+// template runs on, or that another template (of any team: builds are
+// content-addressed) or a store name points at, stays, and the log says
+// which and why.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	tp, team, ok := s.ownTemplate(w, r)
 	if !ok {
 		return
 	}
+	// Taken before the templates' lock, never while holding it.
+	s.mu.Lock()
+	live := 0
+	for _, e := range s.sandboxes {
+		if e.team == team && (e.template == tp.ID || e.template == tp.Name || strings.HasPrefix(e.template, tp.Name+":")) {
+			live++
+		}
+	}
+	s.mu.Unlock()
 	t := s.templates
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -900,8 +917,89 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	s.log.Info("template deleted", "team", team, "template", tp.ID, "name", tp.Name)
+	removed, kept := t.releaseBuilds(team, tp, live > 0)
+	s.log.Info("template deleted", "team", team, "template", tp.ID, "name", tp.Name,
+		"builds_removed", removed, "builds_kept", kept)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// releaseBuilds removes the environment builds of a deleted template
+// (already out of its team's list; t.mu held) unless inUse (a live sandbox
+// of the template), another template of any team, or a store name other
+// than the template's own holds them. It returns what it removed and what
+// it kept, with the reason.
+func (t *templateStore) releaseBuilds(team string, tp *template, inUse bool) (removed, kept []string) {
+	ids := map[string]bool{}
+	for _, b := range tp.Builds {
+		if b.EnvID != "" {
+			ids[b.EnvID] = true
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if inUse {
+		for id := range ids {
+			kept = append(kept, id[:12]+": a live sandbox of the template may run on it")
+		}
+		return nil, kept
+	}
+	held := t.heldEnvIDs()
+	names := t.store.Names()
+	for id := range ids {
+		why := ""
+		if held[id] {
+			why = "another template's build"
+		}
+		for n, nid := range names {
+			if nid == id && n != envName(team, tp.Name) {
+				why = "the environment name " + n + " points at it"
+			}
+		}
+		if why != "" {
+			kept = append(kept, id[:12]+": "+why)
+			continue
+		}
+		if _, err := t.store.Remove(id); err != nil && !errors.Is(err, environment.ErrNotFound) {
+			kept = append(kept, id[:12]+": "+err.Error())
+			continue
+		}
+		removed = append(removed, id[:12])
+	}
+	slices.Sort(removed)
+	slices.Sort(kept)
+	return removed, kept
+}
+
+// heldEnvIDs is every environment build any team's template refers to
+// (t.mu held): the loaded teams from memory, the others from disk.
+func (t *templateStore) heldEnvIDs() map[string]bool {
+	held := map[string]bool{}
+	loaded := map[string]bool{}
+	add := func(l []*template) {
+		for _, tp := range l {
+			for _, b := range tp.Builds {
+				if b.EnvID != "" {
+					held[b.EnvID] = true
+				}
+			}
+		}
+	}
+	for team, l := range t.teams {
+		loaded[filepath.Base(t.teamDir(team))] = true
+		add(l)
+	}
+	ents, _ := os.ReadDir(t.dir)
+	for _, e := range ents {
+		if !e.IsDir() || loaded[e.Name()] {
+			continue
+		}
+		var l []*template
+		if raw, err := os.ReadFile(filepath.Join(t.dir, e.Name(), "templates.json")); err == nil && json.Unmarshal(raw, &l) == nil {
+			add(l)
+		}
+	}
+	return held
 }
 
 // templateAlias answers Template.exists. Another team's template of the

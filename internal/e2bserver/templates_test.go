@@ -333,7 +333,8 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 	npmCI(t, npm)
 	wheel := testpypi.Wheel(t, "cs_tpl", "1.0", "cs_tpl", "VALUE = 'from-pip'\n")
 	index := testpypi.Serve(t, "cs-tpl", testpypi.FileName("cs_tpl", "1.0"), wheel)
-	_, url := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
+	_, url := testServer(t, Options{TemplateBuilds: true, TemplateLoopback: []int{testpypi.Port(t, index)},
+		Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -413,7 +414,7 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 // survive.
 func TestTemplateRestart(t *testing.T) {
 	dir := t.TempDir()
-	a, err := newTemplates(dir, true)
+	a, err := newTemplates(dir, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +429,7 @@ func TestTemplateRestart(t *testing.T) {
 	}
 	a.mu.Unlock()
 
-	b, err := newTemplates(dir, true) // the restarted server
+	b, err := newTemplates(dir, true, nil) // the restarted server
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,5 +442,56 @@ func TestTemplateRestart(t *testing.T) {
 	b.mu.Unlock()
 	if cut.Status != "error" || !strings.Contains(cut.Reason, "restarted") {
 		t.Errorf("the interrupted build: %+v", cut)
+	}
+}
+
+// TestDeleteTemplateReleasesBuilds: deleting a template removes its
+// environment builds that nothing else holds, and keeps (saying why) one
+// another team's template shares, one a store name points at, and all of
+// them while a sandbox of the template lives.
+func TestDeleteTemplateReleasesBuilds(t *testing.T) {
+	dir := t.TempDir()
+	ts, err := newTemplates(dir, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(c byte) string { return strings.Repeat(string(c), 64) }
+	for _, c := range []byte{'a', 'b', 'c', 'd'} {
+		d := filepath.Join(dir, "builds", id(c))
+		if err := os.MkdirAll(filepath.Join(d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "build.json"), []byte(`{"id":"`+id(c)+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "names", "operator-env"), []byte(id('c')+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mine := &template{ID: "t1", Name: "mine", Builds: []*tplBuild{{EnvID: id('a')}, {EnvID: id('b')}, {EnvID: id('c')}}}
+	other := &template{ID: "t2", Name: "theirs", Builds: []*tplBuild{{EnvID: id('b')}}}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.teams["other"] = []*template{other}
+	if err := ts.save("other"); err != nil {
+		t.Fatal(err)
+	}
+	delete(ts.teams, "other") // held on disk only, as after a restart
+
+	removed, kept := ts.releaseBuilds("me", mine, true)
+	if len(removed) != 0 || len(kept) != 3 {
+		t.Errorf("with a live sandbox: removed %v, kept %v", removed, kept)
+	}
+	removed, kept = ts.releaseBuilds("me", mine, false)
+	if strings.Join(removed, ",") != id('a')[:12] {
+		t.Errorf("removed %v, want only the unshared build", removed)
+	}
+	if len(kept) != 2 || !strings.Contains(kept[0]+kept[1], "another template") || !strings.Contains(kept[0]+kept[1], "operator-env") {
+		t.Errorf("kept %v", kept)
+	}
+	for c, want := range map[byte]bool{'a': false, 'b': true, 'c': true, 'd': true} {
+		if _, err := os.Stat(filepath.Join(dir, "builds", id(c))); (err == nil) != want {
+			t.Errorf("build %c present: %v, want %v", c, err == nil, want)
+		}
 	}
 }
