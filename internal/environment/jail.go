@@ -2,6 +2,7 @@ package environment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -75,20 +77,26 @@ const (
 // its file under dir, which the kernel releases when the build's process
 // ends however it ends, so a crash never leaks a range.
 func allocIDRange(dir string) (int, *os.File, error) {
+	base, _, f, err := allocSlot(dir)
+	return base, f, err
+}
+
+// allocSlot is allocIDRange with the slot's number.
+func allocSlot(dir string) (int, int, *os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return 0, nil, err
+		return 0, 0, nil, err
 	}
 	for i := 0; i < idRangeSlots; i++ {
 		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
-			return 0, nil, err
+			return 0, 0, nil, err
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
-			return idRangeBase + i*idRangeSize, f, nil
+			return idRangeBase + i*idRangeSize, i, f, nil
 		}
 		f.Close()
 	}
-	return 0, nil, fmt.Errorf("all %d host id ranges for builds are in use: too many builds at once", idRangeSlots)
+	return 0, 0, nil, fmt.Errorf("all %d host id ranges for builds are in use: too many builds at once", idRangeSlots)
 }
 
 // newJail sets up the namespaces and the idmapped rootfs for a build.
@@ -105,7 +113,8 @@ func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *
 			j.close()
 		}
 	}()
-	if j.hostID, j.slot, err = allocIDRange(filepath.Join(storeDir, "tmp", "idranges")); err != nil {
+	var slot int
+	if j.hostID, slot, j.slot, err = allocSlot(filepath.Join(storeDir, "tmp", "idranges")); err != nil {
 		return nil, err
 	}
 	// The holder: a process that makes a new user namespace and a new
@@ -139,8 +148,19 @@ func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *
 	}
 	// The rootfs through an idmapped mount, attached (private) under the
 	// store's tmp: bwrap, which runs as the range's first id, must be able
-	// to walk there (a build's work dir is root's alone).
-	if j.mnt, err = os.MkdirTemp(filepath.Join(storeDir, "tmp"), "jail-"); err != nil {
+	// to walk there (a build's work dir is root's alone). The directory is
+	// the slot's: whatever a build that died left mounted there is ours to
+	// detach now that we hold the slot.
+	j.mnt = filepath.Join(storeDir, "tmp", "jail-"+strconv.Itoa(slot))
+	for range 8 {
+		if unix.Unmount(j.mnt, unix.MNT_DETACH) != nil {
+			break
+		}
+	}
+	if err := os.Remove(j.mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("build jail: stale %s: %w", j.mnt, err)
+	}
+	if err := os.Mkdir(j.mnt, 0o711); err != nil {
 		return nil, err
 	}
 	if err := os.Chmod(j.mnt, 0o711); err != nil {
@@ -321,11 +341,14 @@ func (j *jail) forward(port int) error {
 					return
 				}
 				defer up.Close()
+				finished := make(chan struct{})
+				defer close(finished)
 				go func() {
 					select {
 					case <-j.done:
 						c.Close()
 						up.Close()
+					case <-finished:
 					}
 				}()
 				go func() { _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
@@ -351,7 +374,7 @@ func (j *jail) command(uid, gid int, workdir string, env, argv []string) []strin
 	args := []string{"nsenter", "--net=/proc/" + strconv.Itoa(j.holder.Process.Pid) + "/ns/net",
 		"--setuid", strconv.Itoa(j.hostID), "--setgid", strconv.Itoa(j.hostID), "--",
 		"bwrap", "--userns", "3", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--die-with-parent", "--new-session", "--hostname", "build",
+		"--die-with-parent", "--new-session", "--hostname", "build", "--info-fd", "4",
 		"--bind", j.mnt, "/", "--proc", "/proc", "--dev", "/dev", "--cap-drop", "ALL"}
 	if uid == 0 {
 		for _, c := range keptCapNames {
@@ -368,24 +391,83 @@ func (j *jail) command(uid, gid int, workdir string, env, argv []string) []strin
 	}
 	args = append(args, "--uid", "0", "--gid", "0", "--chdir", workdir, "--clearenv")
 	for _, kv := range env {
-		k, v, _ := cutEnv(kv)
+		k, v, _ := strings.Cut(kv, "=")
 		args = append(args, "--setenv", k, v)
 	}
 	return append(append(args, "--"), argv...)
 }
 
-func cutEnv(kv string) (string, string, bool) {
-	for i := 0; i < len(kv); i++ {
-		if kv[i] == '=' {
-			return kv[:i], kv[i+1:], true
-		}
+// run runs argv in the jail with its output in the build log. When the
+// step's command ends, whatever it left running ends too: bwrap's init (pid
+// 1 of the step's pid namespace) waits for every orphan, so we kill it,
+// which makes the kernel kill the whole namespace, and wait (bounded) for
+// it to be gone.
+func (j *jail) run(ctx context.Context, b *builder, uid, gid int, workdir string, env, argv []string) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
 	}
-	return kv, "", false
+	defer r.Close()
+	initPid := make(chan int, 1)
+	go func() {
+		var info struct {
+			ChildPid int `json:"child-pid"`
+		}
+		// bwrap writes one JSON object; the decoder needs no EOF.
+		_ = json.NewDecoder(io.LimitReader(r, 4096)).Decode(&info)
+		initPid <- info.ChildPid
+	}()
+	runErr := b.commandFiles(ctx, j.command(uid, gid, workdir, env, argv), nil, []*os.File{j.userns, w})
+	w.Close()
+	r.Close()
+	pid := <-initPid
+	if err := j.killInit(pid); err != nil {
+		return errors.Join(runErr, fmt.Errorf("build jail: ending the step's processes: %w", err))
+	}
+	return runErr
 }
 
-// run runs argv in the jail with its output in the build log.
-func (j *jail) run(ctx context.Context, b *builder, uid, gid int, workdir string, env, argv []string) error {
-	return b.commandFiles(ctx, j.command(uid, gid, workdir, env, argv), nil, []*os.File{j.userns})
+// killInit kills the step's pid namespace by its init (a host pid, checked
+// to run as an id of our range so a reused pid is never hit) and waits up
+// to 10 s for it to be gone.
+func (j *jail) killInit(pid int) error {
+	if pid <= 0 {
+		return nil // bwrap failed before it made the namespace
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil // already gone
+	}
+	defer unix.Close(fd)
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil
+	}
+	ours := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "Uid:" {
+			u, _ := strconv.Atoi(f[1])
+			ours = u >= j.hostID && u < j.hostID+idRangeSize
+		}
+	}
+	if !ours {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := unix.Poll(fds, 100)
+		if n > 0 {
+			return nil
+		}
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+	return fmt.Errorf("the step's init (pid %d) did not end within 10s", pid)
 }
 
 // close ends the holder (and with it the namespaces), detaches the
