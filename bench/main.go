@@ -76,6 +76,7 @@ func main() {
 	fmt.Fprintf(&rep, "# Benchmarks\n\nMeasured by `go run ./bench` (see `bench/main.go`) on %s, %d cores, %s, %s. ", host, runtime.NumCPU(), runtime.GOOS, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	rep.WriteString("Every number in a table comes from the same run; the machines are shared and noisy, so read the ratios.\n\n")
 
+	onlyTemplateBench(ctx, &rep) // -only-templates: this section alone, then exit
 	if *onlyServe {
 		rt, _ := os.MkdirTemp("", "cs-bench-")
 		defer os.RemoveAll(rt)
@@ -197,6 +198,7 @@ func main() {
 	// 4. Environments, and the docker variant against local.
 	localEnvP50 := envBench(ctx, &rep)
 	kubeBench(ctx, &rep, localEnvP50)
+	templateBench(ctx, &rep)
 
 	// 5. Scale: create time while N sandboxes are alive.
 	rep.WriteString("## Scale\n\n")

@@ -185,6 +185,7 @@ type entry struct {
 	agentHost          string
 	lastUsage          driver.Usage // guarded by Server.mu
 	inflight           atomic.Int32 // data-plane requests open
+	logs               *sandboxLog  // the template's start command's output; nil = none
 }
 
 // teamState is a team's quota and what it has in flight.

@@ -68,8 +68,12 @@ type tplBuild struct {
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	Workdir    string     `json:"workdir,omitempty"`
 	User       string     `json:"user,omitempty"`
-	logs       *buildLog
-	triggered  bool
+	// StartCmd runs in every sandbox made from the build (setStartCmd),
+	// and the sandbox is handed out once ReadyCmd exits 0 (setReadyCmd).
+	StartCmd  string `json:"startCmd,omitempty"`
+	ReadyCmd  string `json:"readyCmd,omitempty"`
+	logs      *buildLog
+	triggered bool
 }
 
 // tplTag is a tag pointing at a build.
@@ -188,25 +192,42 @@ func (tp *template) build(id string) *tplBuild {
 // build a sandbox should pin: the tag's build ("default" when none is
 // given), else the newest ready build.
 func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, envID string, err error) {
+	tp, l, err := t.resolveLaunch(team, ref, spawn)
+	return tp, l.envID, err
+}
+
+// launch is what a sandbox on a template build needs: the environment
+// build and the start and ready commands.
+type launch struct {
+	envID, start, ready string
+}
+
+// maxLaunchCmd bounds a start or ready command.
+const maxLaunchCmd = 16 << 10
+
+// resolveLaunch is resolve with the build's start and ready commands.
+func (t *templateStore) resolveLaunch(team, ref string, spawn bool) (tp *template, l launch, err error) {
 	name, tag, _ := strings.Cut(ref, ":")
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tp = t.find(team, name)
 	if tp == nil {
-		return nil, "", errTemplateNotFound
+		return nil, l, errTemplateNotFound
 	}
 	pick := func(id string) string {
 		if b := tp.build(id); b != nil && b.Status == "ready" {
+			l = launch{envID: b.EnvID, start: b.StartCmd, ready: b.ReadyCmd}
 			return b.EnvID
 		}
 		return ""
 	}
+	envID := ""
 	if tag != "" {
 		if tg := tp.Tags[tag]; tg != nil {
 			envID = pick(tg.BuildID)
 		}
 		if envID == "" {
-			return nil, "", fmt.Errorf("template %s has no ready build tagged %q", name, tag)
+			return nil, launch{}, fmt.Errorf("template %s has no ready build tagged %q", name, tag)
 		}
 	} else {
 		if tg := tp.Tags["default"]; tg != nil {
@@ -216,7 +237,7 @@ func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, env
 			envID = pick(tp.Builds[i].ID)
 		}
 		if envID == "" {
-			return nil, "", fmt.Errorf("template %s has no finished build yet", name)
+			return nil, launch{}, fmt.Errorf("template %s has no finished build yet", name)
 		}
 	}
 	if spawn {
@@ -224,7 +245,7 @@ func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, env
 		tp.SpawnedAt, tp.Spawns = &now, tp.Spawns+1
 		_ = t.save(team)
 	}
-	return tp, envID, nil
+	return tp, l, nil
 }
 
 var errTemplateNotFound = errors.New("template not found")
@@ -623,8 +644,10 @@ func (s *Server) specOf(team string, tp *template, body *startBody) (*environmen
 	default:
 		return nil, "base", errors.New("give fromImage or fromTemplate")
 	}
-	if body.StartCmd != "" || body.ReadyCmd != "" {
-		return nil, "finalize", errors.New("start and ready commands (setStartCmd, setReadyCmd) are not supported yet: a sandbox here starts only its agent; start the service from your code after Sandbox.create")
+	for _, c := range []string{body.StartCmd, body.ReadyCmd} {
+		if len(c) > maxLaunchCmd || strings.ContainsRune(c, 0) {
+			return nil, "finalize", fmt.Errorf("start and ready commands: at most %d bytes, no NUL", maxLaunchCmd)
+		}
 	}
 	if len(body.Steps) > 256 {
 		return nil, "base", errors.New("at most 256 steps")
@@ -713,6 +736,7 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.triggered = true
+	b.StartCmd, b.ReadyCmd = body.StartCmd, body.ReadyCmd
 	t.mu.Unlock()
 	spec, step, err := s.specOf(team, tp, &body)
 	if err != nil {
@@ -1006,6 +1030,12 @@ func (t *templateStore) heldEnvIDs() map[string]bool {
 // same name does not exist for the caller: names are per team here.
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
 	k := caller(r)
+	if name := r.PathValue("sub"); slices.Contains(templates, name) {
+		// The server's own templates exist for every team (Template.exists
+		// ("base")), as E2B's public ones do.
+		writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": true})
+		return
+	}
 	s.templates.mu.Lock()
 	tp := s.templates.find(k.Team, r.PathValue("sub"))
 	s.templates.mu.Unlock()

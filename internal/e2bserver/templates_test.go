@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,6 +186,10 @@ func TestTemplateAPI(t *testing.T) {
 	wantError(t, "GET", tpl, otherKey, "", 404, "not found")
 	wantError(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, otherKey, `{}`, 404, "not found")
 	wantError(t, "GET", base+"/templates/aliases/api-test", otherKey, "", 404, "not found")
+	// The server's own templates exist for everyone (Template.exists('base')).
+	if resp := call(t, "GET", base+"/templates/aliases/base", otherKey, "", nil, nil); resp.StatusCode != 200 {
+		t.Errorf("exists(base): %d", resp.StatusCode)
+	}
 
 	body := `{"fromTemplate":"code-interpreter-v1","force":false,"steps":[
 		{"type":"ENV","args":["GREETING","hi"],"force":false},
@@ -280,11 +285,11 @@ func TestTemplateAPI(t *testing.T) {
 		t.Errorf("tags: %v", tags)
 	}
 
-	// Unsupported: a start command, an unknown step type, a COPY whose
+	// Refused: a start command with a NUL, an unknown step type, a COPY whose
 	// files were never uploaded; each fails the build with the reason at
 	// its step (the SDK maps the step to the caller's line).
 	for _, c := range []struct{ body, step, want string }{
-		{`{"fromTemplate":"base","startCmd":"python -m http.server","readyCmd":"sleep 1"}`, "finalize", "start and ready commands"},
+		{`{"fromTemplate":"base","startCmd":"python -m http.server\u0000","readyCmd":"sleep 1"}`, "finalize", "start and ready commands"},
 		{`{"fromTemplate":"base","steps":[{"type":"ENV","args":["A","b"]},{"type":"ADD","args":["x"]}]}`, "2", "not supported"},
 		{`{"fromTemplate":"base","steps":[{"type":"COPY","args":["x","/x","",""],"filesHash":"` + strings.Repeat("0", 64) + `"}]}`, "1", "were not uploaded"},
 		{`{"fromImageRegistry":{"type":"registry","username":"u","password":"p"},"fromImage":"x/y"}`, "base", "not supported"},
@@ -402,9 +407,27 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 	if del.Status != 204 || del.ExistsAfter {
 		t.Errorf("delete: %+v", del)
 	}
+	var started struct {
+		Status     string
+		Error      *string
+		LogsStatus int
+		Logs       []string
+	}
+	step("startReady", &started)
+	if started.Status != "200" || started.Error != nil || started.LogsStatus != 200 || !slices.Contains(started.Logs, "service up as 1000") {
+		t.Errorf("start and ready commands: %+v; want the service answering, started as uid 1000, its line in the logs", started)
+	}
+	var fails struct {
+		Message       string
+		Before, After int
+	}
+	step("startFails", &fails)
+	if !strings.Contains(fails.Message, "start command exited with code 3") || !strings.Contains(fails.Message, "boom") || fails.After != fails.Before {
+		t.Errorf("a failing start command: %+v; want create to fail with the reason and no sandbox left", fails)
+	}
 	var refused struct{ Thrown, Message string }
 	step("refused", &refused)
-	if refused.Thrown != "BuildError" || !strings.Contains(refused.Message, "start and ready commands") {
+	if refused.Thrown != "BuildError" || !strings.Contains(refused.Message, "fromImageRegistry") {
 		t.Errorf("an unsupported step: %+v; want BuildError with the reason", refused)
 	}
 }
