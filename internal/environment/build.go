@@ -393,21 +393,15 @@ func (b *builder) contract(ctx context.Context) error {
 		{"tmp", 0o1777, 0}, {"var/tmp", 0o1777, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
 		{"files", 0o755, 1000}, {"etc", 0o755, 0},
 	} {
-		p, err := securejoin.SecureJoin(b.rootfs, d.path)
-		if err != nil {
-			return err
-		}
-		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+		if existsInRootfs(b.rootfs, d.path) && !dirInRootfs(b.rootfs, d.path) {
 			continue // e.g. /var/tmp as a link: leave the image's choice
 		}
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.mode); err != nil {
-			return err
-		}
+		gid := 0
 		if d.uid != 0 {
-			_ = os.Lchown(p, d.uid, 100)
+			gid = 100
+		}
+		if err := mkdirInRootfs(b.rootfs, d.path, d.mode, d.uid, gid); err != nil {
+			return err
 		}
 	}
 	// Launchers overlay these files, which needs them to exist; and
@@ -416,14 +410,10 @@ func (b *builder) contract(ctx context.Context) error {
 		"etc/hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		"etc/hostname": "sandbox\n",
 	} {
-		p, err := securejoin.SecureJoin(b.rootfs, name)
-		if err != nil {
-			return err
-		}
-		if _, err := os.Lstat(p); err == nil {
+		if existsInRootfs(b.rootfs, name) {
 			continue
 		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		if err := writeInRootfs(b.rootfs, name, []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
@@ -436,11 +426,7 @@ func (b *builder) contract(ctx context.Context) error {
 // ensureLine appends line to file unless an entry with the id (":1000:")
 // is already there; an image's own uid-1000 account is kept as it is.
 func ensureLine(root, rel, prefix, line, id string) error {
-	p, err := securejoin.SecureJoin(root, rel)
-	if err != nil {
-		return err
-	}
-	old, err := os.ReadFile(p)
+	old, err := readInRootfs(root, rel, 16<<20)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -456,7 +442,7 @@ func ensureLine(root, rel, prefix, line, id string) error {
 	if len(old) > 0 && !bytes.HasSuffix(old, []byte("\n")) {
 		old = append(old, '\n')
 	}
-	return os.WriteFile(p, append(old, line...), 0o644)
+	return writeInRootfs(root, rel, append(old, line...), 0o644)
 }
 
 func (b *builder) pipInstall(ctx context.Context) error {

@@ -193,9 +193,9 @@ func (b *builder) runSteps(ctx context.Context) error {
 			}
 		case s.Workdir != "":
 			st.workdir = s.Workdir
-			var p string
-			if p, err = securejoin.SecureJoin(b.rootfs, s.Workdir); err == nil {
-				err = os.MkdirAll(p, 0o755)
+			var d *os.File
+			if d, err = rootfsDir(b.rootfs, strings.TrimPrefix(path.Clean(s.Workdir), "/")); err == nil {
+				d.Close()
 			}
 		default:
 			st.user = s.User
@@ -371,12 +371,11 @@ func (b *builder) copyStep(st *stepState, c *CopyStep) error {
 				return err
 			}
 			rel, _ := filepath.Rel(m, p)
-			to, err := securejoin.SecureJoin(b.rootfs, path.Join(target, filepath.ToSlash(rel)))
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-				return err
+			// Every write resolves inside the rootfs, at the moment of the
+			// write (rootfsio.go): an image symlink never redirects it.
+			to := strings.TrimPrefix(path.Clean("/"+path.Join(target, filepath.ToSlash(rel))), "/")
+			if to == "" {
+				return nil // the rootfs itself
 			}
 			perm := info.Mode().Perm()
 			if mode != 0 && !info.IsDir() {
@@ -384,29 +383,18 @@ func (b *builder) copyStep(st *stepState, c *CopyStep) error {
 			}
 			switch {
 			case info.IsDir():
-				if err := os.MkdirAll(to, 0o755); err != nil {
-					return err
-				}
+				return mkdirInRootfs(b.rootfs, to, perm, uid, gid)
 			case info.Mode()&os.ModeSymlink != 0:
 				link, err := os.Readlink(p)
 				if err != nil {
 					return err
 				}
-				_ = os.RemoveAll(to)
-				return os.Symlink(link, to) // read later only through the rootfs
+				return replaceSymlinkInRootfs(b.rootfs, to, link, uid, gid) // read later only through the rootfs
 			case info.Mode().IsRegular():
-				_ = os.RemoveAll(to)
-				if err := copyRegular(p, to); err != nil {
-					return err
-				}
+				return copyIntoRootfs(p, b.rootfs, to, uid, gid, perm)
 			default:
 				return nil // devices, fifos: not copied
 			}
-			// chown first: it clears set-id bits a mode may ask for.
-			if err := os.Lchown(to, uid, gid); err != nil {
-				return err
-			}
-			return os.Chmod(to, perm)
 		}); err != nil {
 			return err
 		}
@@ -414,24 +402,30 @@ func (b *builder) copyStep(st *stepState, c *CopyStep) error {
 	return nil
 }
 
-func (c *CopyStep) archivePath(s *Spec) string { return s.abs(c.Archive) }
-
-func copyRegular(from, to string) error {
+// copyIntoRootfs copies the host file from (our own staging copy) to rel
+// of the rootfs, owned by uid:gid with perm.
+func copyIntoRootfs(from, root, rel string, uid, gid int, perm os.FileMode) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	out, err := createInRootfs(root, rel)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	_, err = io.Copy(out, in)
+	// chown first: it clears set-id bits a mode may ask for.
+	if err == nil {
+		err = out.Chown(uid, gid)
 	}
-	return out.Close()
+	if err == nil {
+		err = out.Chmod(perm)
+	}
+	return errors.Join(err, out.Close())
 }
+
+func (c *CopyStep) archivePath(s *Spec) string { return s.abs(c.Archive) }
 
 // untar unpacks a (gzip'd) tar into dir: regular files, directories and
 // symlinks only, every name kept inside dir, bounded in entries and bytes.
