@@ -11,9 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -516,5 +518,37 @@ func TestDeleteTemplateReleasesBuilds(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "builds", id(c))); (err == nil) != want {
 			t.Errorf("build %c present: %v, want %v", c, err == nil, want)
 		}
+	}
+}
+
+// TestTemplateQueueOneAtATime: builds queued together run one after the
+// other, never two at once (a build takes the machine's cores).
+func TestTemplateQueueOneAtATime(t *testing.T) {
+	ts, err := newTemplates(t.TempDir(), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	running, most := 0, 0
+	done := make(chan struct{}, 4)
+	for i := 0; i < 4; i++ {
+		ts.queue <- func() {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			runtime.Gosched()
+			time.Sleep(time.Millisecond) // give an overlapping job its chance
+			mu.Lock()
+			running--
+			mu.Unlock()
+			done <- struct{}{}
+		}
+	}
+	for i := 0; i < 4; i++ {
+		<-done
+	}
+	if most != 1 {
+		t.Errorf("%d builds ran at once", most)
 	}
 }

@@ -58,6 +58,15 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		return nil, err
 	}
 	defer unlock()
+	// Work dirs of this id that a build which died (a crash, a restart of
+	// serve) left: we hold the id's lock, so no live build owns them.
+	if stale, _ := filepath.Glob(filepath.Join(s.Dir, "tmp", id[:12]+"-*")); len(stale) > 0 {
+		for _, d := range stale {
+			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+				removeTree(d)
+			}
+		}
+	}
 	if !opt.Force { // someone else may have built it while we waited
 		if b, err := s.load(id); err == nil {
 			p.linef("environment %s: cached build %s", spec.Name, b.ShortID())
