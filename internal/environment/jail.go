@@ -101,6 +101,9 @@ func allocSlot(dir string) (int, int, *os.File, error) {
 
 // newJail sets up the namespaces and the idmapped rootfs for a build.
 func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *jail, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("build steps (apt, pip, run) need root: the jail maps a range of 65536 host ids and mounts the rootfs idmapped; build as root (sudo), or build on a machine where you are")
+	}
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		return nil, errors.New("build steps run under bubblewrap, which is not installed: apt-get install bubblewrap (make deps)")
 	}
