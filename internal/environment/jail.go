@@ -149,6 +149,15 @@ func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *
 	if j.userns, err = os.Open(fmt.Sprintf("/proc/%d/ns/user", j.holder.Process.Pid)); err != nil {
 		return nil, err
 	}
+	// No user namespace below the jail's: a step gets no fresh set of
+	// capabilities to reach more of the kernel with (the limit is the
+	// namespace's own sysctl, which only its root, here us, may set).
+	noNest := exec.Command("nsenter", "--user=/proc/"+strconv.Itoa(j.holder.Process.Pid)+"/ns/user", "--setuid", "0", "--setgid", "0", "--",
+		"sh", "-c", "echo 0 > /proc/sys/user/max_user_namespaces")
+	noNest.Env = []string{"PATH=/usr/bin:/bin"}
+	if out, err := noNest.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build jail: user.max_user_namespaces: %w: %s", err, out)
+	}
 	// The rootfs through an idmapped mount, attached (private) under the
 	// store's tmp: bwrap, which runs as the range's first id, must be able
 	// to walk there (a build's work dir is root's alone). The directory is

@@ -132,7 +132,7 @@ func procsInRange(t *testing.T, base, skip int) []string {
 // process of the step's range outlived it, what root in the step is on the
 // host.
 func TestJailAttacks(t *testing.T) {
-	root := miniRootfs(t, "cat", "mknod", "mount", "chroot", "sleep", "bash", "chown", "touch", "grep", "ls", "nohup", "setsid")
+	root := miniRootfs(t, "cat", "mknod", "mount", "chroot", "sleep", "bash", "chown", "touch", "grep", "unshare", "id", "ls", "nohup", "setsid")
 	hostDir := walkableTempDir(t)
 	canary := filepath.Join(hostDir, "canary")
 	secret := filepath.Join(hostDir, "secret")
@@ -171,6 +171,7 @@ func TestJailAttacks(t *testing.T) {
 		{"host-dev", "ls /dev | grep -qE '^(sd|vd|nvme|xvd|mem|kmsg)'"},
 		{"sysrq", "echo h > /proc/sysrq-trigger"},
 		{"sysctl", "echo '|/tmp/x' > /proc/sys/kernel/core_pattern"},
+		{"nested-userns", "unshare -U -r id"},
 	}
 	var script strings.Builder
 	script.WriteString("set +e\ntouch /control && chown 1000:100 /control && echo control >> /results\n")
