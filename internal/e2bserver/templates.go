@@ -746,6 +746,13 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.logs.add("info", fmt.Sprintf("Build %s queued (one build at a time on this server)", b.ID))
+	// Triggered is "building" in E2B's API (its own queue included), which
+	// the SDK's buildInBackground + getBuildStatus expect; "waiting" is a
+	// build not triggered yet.
+	t.mu.Lock()
+	b.Status, b.UpdatedAt = "building", time.Now().UTC()
+	_ = t.save(team)
+	t.mu.Unlock()
 	select {
 	case t.queue <- func() { s.runBuild(team, tp, b, spec, body.Force) }:
 	default:

@@ -202,6 +202,13 @@ func TestTemplateAPI(t *testing.T) {
 		t.Fatalf("start build: %d", resp.StatusCode)
 	}
 	wantError(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, body, 409, "already started")
+	// Triggered is building for E2B's SDK (buildInBackground then
+	// getBuildStatus), queued or not.
+	var early buildStatusJSON
+	call(t, "GET", base+"/templates/"+req.TemplateID+"/builds/"+req.BuildID+"/status", testKey, "", nil, &early)
+	if early.Status == "waiting" {
+		t.Errorf("a triggered build reports %q", early.Status)
+	}
 	st, logs := waitBuild(t, base, testKey, req.TemplateID, req.BuildID)
 	if st.Status != "ready" {
 		t.Fatalf("build: %s %+v\n%s", st.Status, st.Reason, strings.Join(logs, "\n"))
