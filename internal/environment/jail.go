@@ -30,7 +30,7 @@ import (
 //
 //   - a user namespace mapping ids 0…65535 inside (dpkg chowns to any of
 //     them; apt drops to _apt) onto a host range of 65536 ids of the build's
-//     own (see allocIDRange), so root in a step is an unprivileged host uid
+//     own (see allocSlot), so root in a step is an unprivileged host uid
 //     with capabilities only over the step's own namespaces;
 //   - the rootfs seen through an idmapped mount (on-disk id k is host id
 //     range+k there), so the step owns its files as root of the image
@@ -73,15 +73,10 @@ const (
 	idRangeSlots = 1024
 )
 
-// allocIDRange takes the first free range: a range is held by a flock on
-// its file under dir, which the kernel releases when the build's process
-// ends however it ends, so a crash never leaks a range.
-func allocIDRange(dir string) (int, *os.File, error) {
-	base, _, f, err := allocSlot(dir)
-	return base, f, err
-}
-
-// allocSlot is allocIDRange with the slot's number.
+// allocSlot takes the first free range and returns its first host id and
+// its slot number: a range is held by a flock on its file under dir, which
+// the kernel releases when the build's process ends however it ends, so a
+// crash never leaks a range.
 func allocSlot(dir string) (int, int, *os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, 0, nil, err

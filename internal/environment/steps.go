@@ -312,7 +312,6 @@ func (b *builder) rootfsHas(paths ...string) bool {
 	return false
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // copyStep unpacks the archive into a staging directory, then copies Src
 // from it to Dest in the rootfs, resolving every path inside the rootfs.
