@@ -312,7 +312,6 @@ func (b *builder) rootfsHas(paths ...string) bool {
 	return false
 }
 
-
 // copyStep unpacks the archive into a staging directory, then copies Src
 // from it to Dest in the rootfs, resolving every path inside the rootfs.
 func (b *builder) copyStep(st *stepState, c *CopyStep) error {
