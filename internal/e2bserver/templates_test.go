@@ -303,6 +303,8 @@ func TestTemplateAPI(t *testing.T) {
 		{`{"fromTemplate":"base","steps":[{"type":"COPY","args":["x","/x","",""],"filesHash":"` + strings.Repeat("0", 64) + `"}]}`, "1", "were not uploaded"},
 		{`{"fromImageRegistry":{"type":"registry","username":"u","password":"p"},"fromImage":"x/y"}`, "base", "not supported"},
 		{`{"fromTemplate":"no-such-template"}`, "base", "not found"},
+		// E2B's wording (its SDK's runCmd test matches it).
+		{`{"fromTemplate":"base","steps":[{"type":"RUN","args":["whoami","root123"]}]}`, "1", "failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'"},
 	} {
 		call(t, "POST", base+"/v3/templates", testKey, `{"name":"api-test-refused"}`, nil, &req)
 		call(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, c.body, nil, nil)

@@ -224,6 +224,9 @@ func oneLine(s string, n int) string {
 	return s
 }
 
+// errNoUser is a user name the rootfs's /etc/passwd doesn't have.
+var errNoUser = errors.New("no such user")
+
 // lookupUser finds a user (name or uid) in the rootfs's /etc/passwd.
 func (b *builder) lookupUser(user string) (uid, gid int, home string, err error) {
 	if user == "" || user == "root" || user == "0" {
@@ -254,7 +257,7 @@ func (b *builder) lookupUser(user string) (uid, gid int, home string, err error)
 	if n, err := strconv.Atoi(user); err == nil {
 		return n, n, "/", nil
 	}
-	return 0, 0, "", fmt.Errorf("user %q is not in the rootfs's /etc/passwd (create it in an earlier run step)", user)
+	return 0, 0, "", fmt.Errorf("%w: user %q is not in the rootfs's /etc/passwd (create it in an earlier run step)", errNoUser, user)
 }
 
 // runAs runs a run step's command in the rootfs as user, in the build's
@@ -266,6 +269,10 @@ func (b *builder) runAs(ctx context.Context, st *stepState, user, command string
 		return errors.New("the rootfs has no /bin/sh to run the command with")
 	}
 	uid, gid, home, err := b.lookupUser(user)
+	if errors.Is(err, errNoUser) {
+		// E2B's wording, which its SDK's tests match, then ours.
+		return fmt.Errorf("failed to run command '%s': command failed: unauthenticated: invalid username: '%s' (%w)", oneLine(command, 200), user, err)
+	}
 	if err != nil {
 		return err
 	}
