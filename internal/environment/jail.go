@@ -102,8 +102,10 @@ func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		return nil, errors.New("build steps run under bubblewrap, which is not installed: apt-get install bubblewrap (make deps)")
 	}
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		return nil, errors.New("build steps need nsenter (util-linux): apt-get install util-linux")
+	for _, tool := range []string{"nsenter", "prlimit", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("build steps need %s (util-linux): apt-get install util-linux", tool)
+		}
 	}
 	j = &jail{done: make(chan struct{})}
 	defer func() {
@@ -366,6 +368,9 @@ func (j *jail) forward(port int) error {
 	return nil
 }
 
+// stepProcs bounds the processes (and threads) of one id in a step.
+const stepProcs = 4096
+
 // keptCapNames are the capabilities a step running as root keeps, in its
 // own user namespace only: what apt, dpkg and pip need to install as root.
 // CAP_SYS_ADMIN (mounts), CAP_SYS_CHROOT, CAP_NET_ADMIN (tun0's routes),
@@ -378,7 +383,11 @@ func (j *jail) command(uid, gid int, workdir string, env, argv []string) []strin
 	// nsenter joins the network namespace as root, then becomes the range's
 	// first host id (no capability left in the host's namespaces), which
 	// owns the user namespace bwrap joins.
-	args := []string{"nsenter", "--net=/proc/" + strconv.Itoa(j.holder.Process.Pid) + "/ns/net",
+	// prlimit first: RLIMIT_NPROC counts per real uid, and every id of the
+	// step is one of our range on the host, so a fork bomb stops at
+	// stepProcs processes of one id instead of filling the host's pid table.
+	args := []string{"prlimit", "--nproc=" + strconv.Itoa(stepProcs), "--",
+		"nsenter", "--net=/proc/" + strconv.Itoa(j.holder.Process.Pid) + "/ns/net",
 		"--setuid", strconv.Itoa(j.hostID), "--setgid", strconv.Itoa(j.hostID), "--",
 		"bwrap", "--userns", "3", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--hostname", "build", "--info-fd", "4",

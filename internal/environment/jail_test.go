@@ -249,12 +249,16 @@ func TestJailLoopbackPort(t *testing.T) {
 	b.loopback = []int{port}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + " && cat <&3 > /got && cat /proc/self/status > /status"
+	cmd := "exec 3<>/dev/tcp/127.0.0.1/" + strconv.Itoa(port) + " && cat <&3 > /got && cat /proc/self/status > /status && ulimit -u > /nproc"
 	if err := b.inJail(ctx, 1000, 100, "/", []string{"PATH=/usr/bin:/bin"}, []string{"bash", "-c", cmd}); err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
 	if got, _ := os.ReadFile(filepath.Join(root, "got")); string(got) != "index\n" {
 		t.Errorf("through the forwarded port: %q", got)
+	}
+	// A fork bomb stops at the step's process limit.
+	if got, _ := os.ReadFile(filepath.Join(root, "nproc")); strings.TrimSpace(string(got)) != strconv.Itoa(stepProcs) {
+		t.Errorf("the step's process limit: %q, want %d", got, stepProcs)
 	}
 	// The step ran as the user asked, with no capability left.
 	st, _ := os.ReadFile(filepath.Join(root, "status"))
