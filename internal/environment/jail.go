@@ -73,6 +73,17 @@ const (
 	idRangeSlots = 1024
 )
 
+// idRangeDir is where the ranges' locks live: one place for the machine
+// (/run/code-sandboxes-build-ids, root's; not the local variant's runtime
+// dir, whose sweep owns its entries), so that builds of two stores never
+// share a range; the store's tmp/ only where /run is missing.
+func idRangeDir(storeDir string) string {
+	if fi, err := os.Stat("/run"); err == nil && fi.IsDir() {
+		return "/run/code-sandboxes-build-ids"
+	}
+	return filepath.Join(storeDir, "tmp", "idranges")
+}
+
 // allocSlot takes the first free range and returns its first host id and
 // its slot number: a range is held by a flock on its file under dir, which
 // the kernel releases when the build's process ends however it ends, so a
@@ -107,14 +118,15 @@ func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *
 			return nil, fmt.Errorf("build steps need %s (util-linux): apt-get install util-linux", tool)
 		}
 	}
-	j = &jail{done: make(chan struct{})}
+	jl := &jail{done: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			j.close()
+			jl.close() // not j: a failing return has set it to nil
 		}
 	}()
+	j = jl
 	var slot int
-	if j.hostID, slot, j.slot, err = allocSlot(filepath.Join(storeDir, "tmp", "idranges")); err != nil {
+	if j.hostID, slot, j.slot, err = allocSlot(idRangeDir(storeDir)); err != nil {
 		return nil, err
 	}
 	// The holder: a process that makes a new user namespace and a new

@@ -268,3 +268,25 @@ func TestJailLoopbackPort(t *testing.T) {
 		}
 	}
 }
+
+// TestJailFailureLeavesNothing: a jail whose setup fails after it mounted
+// the rootfs and started its namespace holder (here: a loopback port that
+// is no port) takes all of it down again, and its range is free.
+func TestJailFailureLeavesNothing(t *testing.T) {
+	root := miniRootfs(t)
+	b, _ := jailBuilder(t, root)
+	b.loopback = []int{-1}
+	err := b.inJail(context.Background(), 0, 0, "/", nil, []string{"true"})
+	if err == nil || !strings.Contains(err.Error(), "loopback port -1") {
+		t.Fatalf("got %v", err)
+	}
+	if m := mountsBelow(b.storeDir); len(m) > 0 {
+		t.Errorf("mounts left: %v", m)
+	}
+	// The holder was the only process of the range it had.
+	for slot := 0; slot < 4; slot++ {
+		if left := procsInRange(t, idRangeBase+slot*idRangeSize, 0); len(left) > 0 {
+			t.Errorf("processes left in range %d: %v", slot, left)
+		}
+	}
+}
