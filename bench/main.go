@@ -40,7 +40,7 @@ var (
 	nScale = flag.Int("scale", 300, "sandboxes for the scale measurement (1000 for the issue's target)")
 	out    = flag.String("o", "BENCHMARKS.md", "where to write the report")
 	python = flag.String("python", "/usr/bin/python3", "python interpreter")
-	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, local, pool, serve, codemode, memory, files, variants, scale, network, gvisor, plots)")
+	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, local, pool, serve, codemode, memory, files, variants, templates, scale, network, gvisor, plots)")
 )
 
 type stats struct {
@@ -111,6 +111,7 @@ func main() {
 		fmt.Print(rep.String())
 		return
 	}
+	onlyTemplateBench(ctx, &rep) // -only-templates: this section alone, then exit
 	if *onlyServe {
 		rt, _ := os.MkdirTemp("", "cs-bench-")
 		defer os.RemoveAll(rt)
@@ -155,6 +156,7 @@ func main() {
 		{"memory", memoryBench},
 		{"files", filesBench},
 		{"variants", func(ctx context.Context, r *strings.Builder) { kubeBench(ctx, r, envBench(ctx, r)) }},
+		{"templates", templateBench},
 		{"scale", scaleBench},
 		{"network", netBench},
 		{"gvisor", gvisorBench},

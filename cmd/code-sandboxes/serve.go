@@ -32,6 +32,7 @@ func serveCmd() *cobra.Command {
 		maxTimeout                                                    time.Duration
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
 		toolServers                                                   []string
+		templateLoopback                                              []int
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -139,6 +140,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				RequireTrafficToken: requireTraffic,
 				AllowPrivate:        allowPrivate,
 				TemplateBuilds:      templateBuilds,
+				TemplateLoopback:    templateLoopback,
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
 				Logger:              logger,
@@ -201,7 +203,8 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&totalMemory, "max-total-memory", "", "memory a team's sandboxes may have in all, e.g. 16G (\"\" = no limit)")
 	f.Float64Var(&totalCPU, "max-total-cpu", 0, "CPU cores a team's sandboxes may have in all (0 = no limit)")
 	f.IntVar(&createsPerMinute, "max-creates-per-minute", 0, "sandboxes a team may create per minute (0 = no limit)")
-	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine as root with reduced capabilities in a chroot, with its network (SECURITY.md)")
+	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine jailed (a user namespace of their own, never host root; the internet through the egress policy, never the host's own addresses; SECURITY.md)")
+	f.IntSliceVar(&templateLoopback, "template-build-loopback-port", nil, "a TCP port of this machine's loopback that template build steps may reach at 127.0.0.1:<port> (a package index served here); repeatable; none by default")
 	f.BoolVar(&allowPrivate, "allow-private", false, "let sandboxes with network reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and let allowOut list them; never the host itself, loopback or cloud metadata")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")

@@ -7,7 +7,7 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { Template } from 'e2b'
+import { Template, waitForFile } from 'e2b'
 import { Sandbox } from '@e2b/code-interpreter'
 
 const steps = {}
@@ -77,9 +77,48 @@ try {
     return { status: res.status, existsAfter: await Template.exists('e2e-tpl') }
   })
 
+  // Start and ready commands: a service every sandbox of the template
+  // starts as the sandbox's user, handed out once the ready command passes;
+  // its output is in the sandbox's logs.
+  await step('startReady', async () => {
+    const svc = 'python3 -c \'import http.server, os; s = http.server.HTTPServer(("127.0.0.1", 8000), http.server.SimpleHTTPRequestHandler); print("service up as", os.getuid(), flush=True); open("/tmp/started", "w").close(); s.serve_forever()\''
+    await Template.build(Template().fromTemplate('code-interpreter-v1').setStartCmd(svc, waitForFile('/tmp/started')), 'e2e-start')
+    const s2 = await Sandbox.create('e2e-start', { timeoutMs: 60_000 })
+    try {
+      const ex = await s2.runCode('import urllib.request\nprint(urllib.request.urlopen("http://127.0.0.1:8000/").status)')
+      const res = await fetch(`${api}/v2/sandboxes/${s2.sandboxId}/logs`, { headers })
+      const logs = (await res.json()).logs.map((l) => l.message)
+      return { status: ex.logs.stdout.join('').trim(), error: ex.error?.value ?? null, logsStatus: res.status, logs }
+    } finally {
+      await s2.kill()
+    }
+  })
+
+  // A start command that fails: create fails with the reason, and nothing
+  // stays running.
+  await step('startFails', async () => {
+    await Template.build(Template().fromTemplate('code-interpreter-v1').setStartCmd('echo boom >&2; exit 3', waitForFile('/tmp/never')), 'e2e-start-fails')
+    const count = async () => (await (await fetch(`${api}/sandboxes`, { headers })).json()).length
+    const before = await count()
+    let message = ''
+    try {
+      const s3 = await Sandbox.create('e2e-start-fails', { timeoutMs: 60_000 })
+      await s3.kill()
+    } catch (e) {
+      message = String(e?.message ?? e)
+    }
+    const after = await count()
+    for (const name of ['e2e-start', 'e2e-start-fails']) {
+      const res = await fetch(`${api}/templates/${name}`, { headers })
+      const id = (await res.json()).templateID
+      if (id) await fetch(`${api}/templates/${id}`, { method: 'DELETE', headers })
+    }
+    return { message, before, after }
+  })
+
   // An unsupported step fails the build with the reason.
   await step('refused', async () => {
-    await Template.build(Template().fromTemplate('base').setStartCmd('python3 -m http.server', 'sleep 1'), 'e2e-tpl-refused')
+    await Template.build(Template().fromImage('python:3.12', { username: 'u', password: 'p' }), 'e2e-tpl-refused')
     return { built: true }
   })
 

@@ -47,6 +47,8 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.sandboxMetrics)
+	mux.HandleFunc("GET /sandboxes/{id}/logs", s.sandboxLogs)
+	mux.HandleFunc("GET /v2/sandboxes/{id}/logs", s.sandboxLogs)
 	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
@@ -233,10 +235,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	envID := ""
+	var tl launch
 	if !slices.Contains(templates, req.TemplateID) {
 		// A template of the caller's team: the sandbox pins the build id
 		// the name points at now, so a later build never moves it.
-		_, id, err := s.templates.resolve(k.Team, req.TemplateID, true)
+		_, l, err := s.templates.resolveLaunch(k.Team, req.TemplateID, true)
+		id := l.envID
+		tl = l
 		if errors.Is(err, errTemplateNotFound) {
 			writeError(w, http.StatusBadRequest, "template %q is unknown; this server has: %s, and the templates your team built", req.TemplateID, strings.Join(templates, ", "))
 			return
@@ -389,6 +394,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, "creating the sandbox: %v", err)
 		return
 	}
+	var logs *sandboxLog
+	if tl.start != "" || tl.ready != "" {
+		logs = &sandboxLog{}
+		if err := launchTemplate(ctx, sb, tl, logs); err != nil {
+			_ = sb.Close() // nothing left running
+			s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
+			s.log.Warn("create failed: template start", "team", k.Team, "key", keyID(k.Key), "template", req.TemplateID, "error", err)
+			writeError(w, http.StatusInternalServerError, "creating the sandbox: %v", err)
+			return
+		}
+	}
 	e, err := s.newEntry(sb, k.Team, req.TemplateID, private, q.Memory, q.CPU)
 	if err != nil {
 		// Nothing half-created stays behind.
@@ -397,6 +413,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "creating the sandbox: %v", err)
 		return
 	}
+	e.logs = logs
 	e.net.Store(&st)
 	if testHookCreated != nil {
 		testHookCreated()

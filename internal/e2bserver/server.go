@@ -137,10 +137,15 @@ type Options struct {
 	// default 24h, E2B's longest.
 	MaxTimeout time.Duration
 	// TemplateBuilds turns on E2B's template build API (Template.build):
-	// teams' build steps then run on this machine as root with reduced
-	// capabilities in a chroot (SECURITY.md). Listing, using and deleting
-	// templates works either way.
+	// teams' build steps then run on this machine, jailed (a user namespace
+	// of their own, never host root; the internet through the egress
+	// policy; SECURITY.md). Listing, using and deleting templates works
+	// either way.
 	TemplateBuilds bool
+	// TemplateLoopback are ports of this machine's loopback that build
+	// steps may reach at 127.0.0.1:port (a package index served here);
+	// none by default (environment.Store.LoopbackPorts).
+	TemplateLoopback []int
 	// Logger receives who created, connected to and killed what, and one
 	// debug line per API call; nil = discard.
 	Logger *slog.Logger
@@ -211,6 +216,7 @@ type entry struct {
 	agentHost          string
 	lastUsage          driver.Usage // guarded by Server.mu
 	inflight           atomic.Int32 // data-plane requests open
+	logs               *sandboxLog  // the template's start command's output; nil = none
 }
 
 // teamState is a team's quota and what it has in flight.
@@ -276,7 +282,7 @@ func New(o Options) (*Server, error) {
 	s.via = hex.EncodeToString(b[:])
 	s.metrics = newMetrics(s)
 	var err error
-	if s.templates, err = newTemplates(s.cfg.EnvironmentDir, o.TemplateBuilds); err != nil {
+	if s.templates, err = newTemplates(s.cfg.EnvironmentDir, o.TemplateBuilds, o.TemplateLoopback); err != nil {
 		return nil, fmt.Errorf("e2bserver: templates: %w", err)
 	}
 	s.api = s.routes()

@@ -68,8 +68,12 @@ type tplBuild struct {
 	FinishedAt *time.Time `json:"finishedAt,omitempty"`
 	Workdir    string     `json:"workdir,omitempty"`
 	User       string     `json:"user,omitempty"`
-	logs       *buildLog
-	triggered  bool
+	// StartCmd runs in every sandbox made from the build (setStartCmd),
+	// and the sandbox is handed out once ReadyCmd exits 0 (setReadyCmd).
+	StartCmd  string `json:"startCmd,omitempty"`
+	ReadyCmd  string `json:"readyCmd,omitempty"`
+	logs      *buildLog
+	triggered bool
 }
 
 // tplTag is a tag pointing at a build.
@@ -101,11 +105,12 @@ type templateStore struct {
 	teams map[string][]*template // loaded lazily
 }
 
-func newTemplates(envDir string, enabled bool) (*templateStore, error) {
+func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, error) {
 	st, err := environment.Open(envDir)
 	if err != nil {
 		return nil, err
 	}
+	st.LoopbackPorts = loopback
 	t := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates"), store: st, enabled: enabled,
 		queue: make(chan func(), 1024), teams: map[string][]*template{}}
 	if _, err := rand.Read(t.secret[:]); err != nil {
@@ -187,25 +192,42 @@ func (tp *template) build(id string) *tplBuild {
 // build a sandbox should pin: the tag's build ("default" when none is
 // given), else the newest ready build.
 func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, envID string, err error) {
+	tp, l, err := t.resolveLaunch(team, ref, spawn)
+	return tp, l.envID, err
+}
+
+// launch is what a sandbox on a template build needs: the environment
+// build and the start and ready commands.
+type launch struct {
+	envID, start, ready string
+}
+
+// maxLaunchCmd bounds a start or ready command.
+const maxLaunchCmd = 16 << 10
+
+// resolveLaunch is resolve with the build's start and ready commands.
+func (t *templateStore) resolveLaunch(team, ref string, spawn bool) (tp *template, l launch, err error) {
 	name, tag, _ := strings.Cut(ref, ":")
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	tp = t.find(team, name)
 	if tp == nil {
-		return nil, "", errTemplateNotFound
+		return nil, l, errTemplateNotFound
 	}
 	pick := func(id string) string {
 		if b := tp.build(id); b != nil && b.Status == "ready" {
+			l = launch{envID: b.EnvID, start: b.StartCmd, ready: b.ReadyCmd}
 			return b.EnvID
 		}
 		return ""
 	}
+	envID := ""
 	if tag != "" {
 		if tg := tp.Tags[tag]; tg != nil {
 			envID = pick(tg.BuildID)
 		}
 		if envID == "" {
-			return nil, "", fmt.Errorf("template %s has no ready build tagged %q", name, tag)
+			return nil, launch{}, fmt.Errorf("template %s has no ready build tagged %q", name, tag)
 		}
 	} else {
 		if tg := tp.Tags["default"]; tg != nil {
@@ -215,7 +237,7 @@ func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, env
 			envID = pick(tp.Builds[i].ID)
 		}
 		if envID == "" {
-			return nil, "", fmt.Errorf("template %s has no finished build yet", name)
+			return nil, launch{}, fmt.Errorf("template %s has no finished build yet", name)
 		}
 	}
 	if spawn {
@@ -223,7 +245,7 @@ func (t *templateStore) resolve(team, ref string, spawn bool) (tp *template, env
 		tp.SpawnedAt, tp.Spawns = &now, tp.Spawns+1
 		_ = t.save(team)
 	}
-	return tp, envID, nil
+	return tp, l, nil
 }
 
 var errTemplateNotFound = errors.New("template not found")
@@ -590,11 +612,16 @@ type startBody struct {
 // templates the SDKs name, and the image E2B's Template() starts from.
 var builtinBases = []string{"base", "code-interpreter-v1", "e2bdev/base", "e2bdev/base:latest", "e2bdev/code-interpreter", "e2bdev/code-interpreter:latest"}
 
+// envName is the environment store's name of a team's template.
+func envName(team, name string) string {
+	sum := sha256.Sum256([]byte(team + "\x00" + name))
+	return "tpl-" + hex.EncodeToString(sum[:12])
+}
+
 // specOf turns a template build into an environment spec, or says which
 // part can't be built here.
 func (s *Server) specOf(team string, tp *template, body *startBody) (*environment.Spec, string, error) {
-	sum := sha256.Sum256([]byte(team + "\x00" + tp.Name))
-	spec := &environment.Spec{Name: "tpl-" + hex.EncodeToString(sum[:12]), Description: "E2B template " + tp.Name + " of team " + team}
+	spec := &environment.Spec{Name: envName(team, tp.Name), Description: "E2B template " + tp.Name + " of team " + team}
 	switch {
 	case len(body.FromImageRegistry) > 0 && string(body.FromImageRegistry) != "null":
 		return nil, "base", errors.New("fromImageRegistry (registry credentials, AWS or GCP) is not supported: use a public image, or a template built here")
@@ -617,8 +644,10 @@ func (s *Server) specOf(team string, tp *template, body *startBody) (*environmen
 	default:
 		return nil, "base", errors.New("give fromImage or fromTemplate")
 	}
-	if body.StartCmd != "" || body.ReadyCmd != "" {
-		return nil, "finalize", errors.New("start and ready commands (setStartCmd, setReadyCmd) are not supported yet: a sandbox here starts only its agent; start the service from your code after Sandbox.create")
+	for _, c := range []string{body.StartCmd, body.ReadyCmd} {
+		if len(c) > maxLaunchCmd || strings.ContainsRune(c, 0) {
+			return nil, "finalize", fmt.Errorf("start and ready commands: at most %d bytes, no NUL", maxLaunchCmd)
+		}
 	}
 	if len(body.Steps) > 256 {
 		return nil, "base", errors.New("at most 256 steps")
@@ -707,6 +736,7 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.triggered = true
+	b.StartCmd, b.ReadyCmd = body.StartCmd, body.ReadyCmd
 	t.mu.Unlock()
 	spec, step, err := s.specOf(team, tp, &body)
 	if err != nil {
@@ -716,6 +746,13 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.logs.add("info", fmt.Sprintf("Build %s queued (one build at a time on this server)", b.ID))
+	// Triggered is "building" in E2B's API (its own queue included), which
+	// the SDK's buildInBackground + getBuildStatus expect; "waiting" is a
+	// build not triggered yet.
+	t.mu.Lock()
+	b.Status, b.UpdatedAt = "building", time.Now().UTC()
+	_ = t.save(team)
+	t.mu.Unlock()
 	select {
 	case t.queue <- func() { s.runBuild(team, tp, b, spec, body.Force) }:
 	default:
@@ -878,14 +915,25 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 		"createdAt": tp.CreatedAt, "updatedAt": tp.UpdatedAt, "lastSpawnedAt": tp.SpawnedAt, "spawnCount": tp.Spawns, "builds": builds})
 }
 
-// deleteTemplate forgets the template. Its environment builds stay in the
-// store (content-addressed, and a running sandbox may be on one); the
-// operator removes them with `code-sandboxes environments rm`.
+// deleteTemplate forgets the template and removes its environment builds
+// that nothing else holds (releaseBuilds): a build a live sandbox of the
+// template runs on, or that another template (of any team: builds are
+// content-addressed) or a store name points at, stays, and the log says
+// which and why.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	tp, team, ok := s.ownTemplate(w, r)
 	if !ok {
 		return
 	}
+	// Taken before the templates' lock, never while holding it.
+	s.mu.Lock()
+	live := 0
+	for _, e := range s.sandboxes {
+		if e.team == team && (e.template == tp.ID || e.template == tp.Name || strings.HasPrefix(e.template, tp.Name+":")) {
+			live++
+		}
+	}
+	s.mu.Unlock()
 	t := s.templates
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -900,14 +948,101 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "%v", err)
 		return
 	}
-	s.log.Info("template deleted", "team", team, "template", tp.ID, "name", tp.Name)
+	removed, kept := t.releaseBuilds(team, tp, live > 0)
+	s.log.Info("template deleted", "team", team, "template", tp.ID, "name", tp.Name,
+		"builds_removed", removed, "builds_kept", kept)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// releaseBuilds removes the environment builds of a deleted template
+// (already out of its team's list; t.mu held) unless inUse (a live sandbox
+// of the template), another template of any team, or a store name other
+// than the template's own holds them. It returns what it removed and what
+// it kept, with the reason.
+func (t *templateStore) releaseBuilds(team string, tp *template, inUse bool) (removed, kept []string) {
+	ids := map[string]bool{}
+	for _, b := range tp.Builds {
+		if b.EnvID != "" {
+			ids[b.EnvID] = true
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	if inUse {
+		for id := range ids {
+			kept = append(kept, id[:12]+": a live sandbox of the template may run on it")
+		}
+		return nil, kept
+	}
+	held := t.heldEnvIDs()
+	names := t.store.Names()
+	for id := range ids {
+		why := ""
+		if held[id] {
+			why = "another template's build"
+		}
+		for n, nid := range names {
+			if nid == id && n != envName(team, tp.Name) {
+				why = "the environment name " + n + " points at it"
+			}
+		}
+		if why != "" {
+			kept = append(kept, id[:12]+": "+why)
+			continue
+		}
+		if _, err := t.store.Remove(id); err != nil && !errors.Is(err, environment.ErrNotFound) {
+			kept = append(kept, id[:12]+": "+err.Error())
+			continue
+		}
+		removed = append(removed, id[:12])
+	}
+	slices.Sort(removed)
+	slices.Sort(kept)
+	return removed, kept
+}
+
+// heldEnvIDs is every environment build any team's template refers to
+// (t.mu held): the loaded teams from memory, the others from disk.
+func (t *templateStore) heldEnvIDs() map[string]bool {
+	held := map[string]bool{}
+	loaded := map[string]bool{}
+	add := func(l []*template) {
+		for _, tp := range l {
+			for _, b := range tp.Builds {
+				if b.EnvID != "" {
+					held[b.EnvID] = true
+				}
+			}
+		}
+	}
+	for team, l := range t.teams {
+		loaded[filepath.Base(t.teamDir(team))] = true
+		add(l)
+	}
+	ents, _ := os.ReadDir(t.dir)
+	for _, e := range ents {
+		if !e.IsDir() || loaded[e.Name()] {
+			continue
+		}
+		var l []*template
+		if raw, err := os.ReadFile(filepath.Join(t.dir, e.Name(), "templates.json")); err == nil && json.Unmarshal(raw, &l) == nil {
+			add(l)
+		}
+	}
+	return held
 }
 
 // templateAlias answers Template.exists. Another team's template of the
 // same name does not exist for the caller: names are per team here.
 func (s *Server) templateAlias(w http.ResponseWriter, r *http.Request) {
 	k := caller(r)
+	if name := r.PathValue("sub"); slices.Contains(templates, name) {
+		// The server's own templates exist for every team (Template.exists
+		// ("base")), as E2B's public ones do.
+		writeJSON(w, http.StatusOK, map[string]any{"templateID": name, "public": true})
+		return
+	}
 	s.templates.mu.Lock()
 	tp := s.templates.find(k.Team, r.PathValue("sub"))
 	s.templates.mu.Unlock()

@@ -23,7 +23,8 @@ func TestE2BVariantBuildsOnServe(t *testing.T) {
 	needPython(t)
 	wheel := testpypi.Wheel(t, "cs_locked", "1.0", "cs_locked", "VALUE = 42\n")
 	index := testpypi.Serve(t, "cs-locked", testpypi.FileName("cs_locked", "1.0"), wheel)
-	_, url := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
+	_, url := testServer(t, Options{TemplateBuilds: true, TemplateLoopback: []int{testpypi.Port(t, index)},
+		Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
 	for _, k := range []string{"E2B_API_KEY", "E2B_DOMAIN", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DEBUG"} {
 		t.Setenv(k, "")
 	}

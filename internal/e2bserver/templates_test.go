@@ -11,8 +11,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,6 +188,10 @@ func TestTemplateAPI(t *testing.T) {
 	wantError(t, "GET", tpl, otherKey, "", 404, "not found")
 	wantError(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, otherKey, `{}`, 404, "not found")
 	wantError(t, "GET", base+"/templates/aliases/api-test", otherKey, "", 404, "not found")
+	// The server's own templates exist for everyone (Template.exists('base')).
+	if resp := call(t, "GET", base+"/templates/aliases/base", otherKey, "", nil, nil); resp.StatusCode != 200 {
+		t.Errorf("exists(base): %d", resp.StatusCode)
+	}
 
 	body := `{"fromTemplate":"code-interpreter-v1","force":false,"steps":[
 		{"type":"ENV","args":["GREETING","hi"],"force":false},
@@ -195,6 +202,13 @@ func TestTemplateAPI(t *testing.T) {
 		t.Fatalf("start build: %d", resp.StatusCode)
 	}
 	wantError(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, body, 409, "already started")
+	// Triggered is building for E2B's SDK (buildInBackground then
+	// getBuildStatus), queued or not.
+	var early buildStatusJSON
+	call(t, "GET", base+"/templates/"+req.TemplateID+"/builds/"+req.BuildID+"/status", testKey, "", nil, &early)
+	if early.Status == "waiting" {
+		t.Errorf("a triggered build reports %q", early.Status)
+	}
 	st, logs := waitBuild(t, base, testKey, req.TemplateID, req.BuildID)
 	if st.Status != "ready" {
 		t.Fatalf("build: %s %+v\n%s", st.Status, st.Reason, strings.Join(logs, "\n"))
@@ -280,15 +294,17 @@ func TestTemplateAPI(t *testing.T) {
 		t.Errorf("tags: %v", tags)
 	}
 
-	// Unsupported: a start command, an unknown step type, a COPY whose
+	// Refused: a start command with a NUL, an unknown step type, a COPY whose
 	// files were never uploaded; each fails the build with the reason at
 	// its step (the SDK maps the step to the caller's line).
 	for _, c := range []struct{ body, step, want string }{
-		{`{"fromTemplate":"base","startCmd":"python -m http.server","readyCmd":"sleep 1"}`, "finalize", "start and ready commands"},
+		{`{"fromTemplate":"base","startCmd":"python -m http.server\u0000","readyCmd":"sleep 1"}`, "finalize", "start and ready commands"},
 		{`{"fromTemplate":"base","steps":[{"type":"ENV","args":["A","b"]},{"type":"ADD","args":["x"]}]}`, "2", "not supported"},
 		{`{"fromTemplate":"base","steps":[{"type":"COPY","args":["x","/x","",""],"filesHash":"` + strings.Repeat("0", 64) + `"}]}`, "1", "were not uploaded"},
 		{`{"fromImageRegistry":{"type":"registry","username":"u","password":"p"},"fromImage":"x/y"}`, "base", "not supported"},
 		{`{"fromTemplate":"no-such-template"}`, "base", "not found"},
+		// E2B's wording (its SDK's runCmd test matches it).
+		{`{"fromTemplate":"base","steps":[{"type":"RUN","args":["whoami","root123"]}]}`, "1", "failed to run command 'whoami': command failed: unauthenticated: invalid username: 'root123'"},
 	} {
 		call(t, "POST", base+"/v3/templates", testKey, `{"name":"api-test-refused"}`, nil, &req)
 		call(t, "POST", base+"/v2/templates/"+req.TemplateID+"/builds/"+req.BuildID, testKey, c.body, nil, nil)
@@ -333,7 +349,8 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 	npmCI(t, npm)
 	wheel := testpypi.Wheel(t, "cs_tpl", "1.0", "cs_tpl", "VALUE = 'from-pip'\n")
 	index := testpypi.Serve(t, "cs-tpl", testpypi.FileName("cs_tpl", "1.0"), wheel)
-	_, url := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
+	_, url := testServer(t, Options{TemplateBuilds: true, TemplateLoopback: []int{testpypi.Port(t, index)},
+		Keys: []Key{{Key: testKey, Team: freshTeam(t)}}})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -401,9 +418,27 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 	if del.Status != 204 || del.ExistsAfter {
 		t.Errorf("delete: %+v", del)
 	}
+	var started struct {
+		Status     string
+		Error      *string
+		LogsStatus int
+		Logs       []string
+	}
+	step("startReady", &started)
+	if started.Status != "200" || started.Error != nil || started.LogsStatus != 200 || !slices.Contains(started.Logs, "service up as 1000") {
+		t.Errorf("start and ready commands: %+v; want the service answering, started as uid 1000, its line in the logs", started)
+	}
+	var fails struct {
+		Message       string
+		Before, After int
+	}
+	step("startFails", &fails)
+	if !strings.Contains(fails.Message, "start command exited with code 3") || !strings.Contains(fails.Message, "boom") || fails.After != fails.Before {
+		t.Errorf("a failing start command: %+v; want create to fail with the reason and no sandbox left", fails)
+	}
 	var refused struct{ Thrown, Message string }
 	step("refused", &refused)
-	if refused.Thrown != "BuildError" || !strings.Contains(refused.Message, "start and ready commands") {
+	if refused.Thrown != "BuildError" || !strings.Contains(refused.Message, "fromImageRegistry") {
 		t.Errorf("an unsupported step: %+v; want BuildError with the reason", refused)
 	}
 }
@@ -413,7 +448,7 @@ func TestOfficialJSSDKTemplate(t *testing.T) {
 // survive.
 func TestTemplateRestart(t *testing.T) {
 	dir := t.TempDir()
-	a, err := newTemplates(dir, true)
+	a, err := newTemplates(dir, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +463,7 @@ func TestTemplateRestart(t *testing.T) {
 	}
 	a.mu.Unlock()
 
-	b, err := newTemplates(dir, true) // the restarted server
+	b, err := newTemplates(dir, true, nil) // the restarted server
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,5 +476,88 @@ func TestTemplateRestart(t *testing.T) {
 	b.mu.Unlock()
 	if cut.Status != "error" || !strings.Contains(cut.Reason, "restarted") {
 		t.Errorf("the interrupted build: %+v", cut)
+	}
+}
+
+// TestDeleteTemplateReleasesBuilds: deleting a template removes its
+// environment builds that nothing else holds, and keeps (saying why) one
+// another team's template shares, one a store name points at, and all of
+// them while a sandbox of the template lives.
+func TestDeleteTemplateReleasesBuilds(t *testing.T) {
+	dir := t.TempDir()
+	ts, err := newTemplates(dir, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(c byte) string { return strings.Repeat(string(c), 64) }
+	for _, c := range []byte{'a', 'b', 'c', 'd'} {
+		d := filepath.Join(dir, "builds", id(c))
+		if err := os.MkdirAll(filepath.Join(d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "build.json"), []byte(`{"id":"`+id(c)+`"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "names", "operator-env"), []byte(id('c')+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mine := &template{ID: "t1", Name: "mine", Builds: []*tplBuild{{EnvID: id('a')}, {EnvID: id('b')}, {EnvID: id('c')}}}
+	other := &template{ID: "t2", Name: "theirs", Builds: []*tplBuild{{EnvID: id('b')}}}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.teams["other"] = []*template{other}
+	if err := ts.save("other"); err != nil {
+		t.Fatal(err)
+	}
+	delete(ts.teams, "other") // held on disk only, as after a restart
+
+	removed, kept := ts.releaseBuilds("me", mine, true)
+	if len(removed) != 0 || len(kept) != 3 {
+		t.Errorf("with a live sandbox: removed %v, kept %v", removed, kept)
+	}
+	removed, kept = ts.releaseBuilds("me", mine, false)
+	if strings.Join(removed, ",") != id('a')[:12] {
+		t.Errorf("removed %v, want only the unshared build", removed)
+	}
+	if len(kept) != 2 || !strings.Contains(kept[0]+kept[1], "another template") || !strings.Contains(kept[0]+kept[1], "operator-env") {
+		t.Errorf("kept %v", kept)
+	}
+	for c, want := range map[byte]bool{'a': false, 'b': true, 'c': true, 'd': true} {
+		if _, err := os.Stat(filepath.Join(dir, "builds", id(c))); (err == nil) != want {
+			t.Errorf("build %c present: %v, want %v", c, err == nil, want)
+		}
+	}
+}
+
+// TestTemplateQueueOneAtATime: builds queued together run one after the
+// other, never two at once (a build takes the machine's cores).
+func TestTemplateQueueOneAtATime(t *testing.T) {
+	ts, err := newTemplates(t.TempDir(), true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	running, most := 0, 0
+	done := make(chan struct{}, 4)
+	for i := 0; i < 4; i++ {
+		ts.queue <- func() {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			runtime.Gosched()
+			time.Sleep(time.Millisecond) // give an overlapping job its chance
+			mu.Lock()
+			running--
+			mu.Unlock()
+			done <- struct{}{}
+		}
+	}
+	for i := 0; i < 4; i++ {
+		<-done
+	}
+	if most != 1 {
+		t.Errorf("%d builds ran at once", most)
 	}
 }

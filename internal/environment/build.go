@@ -19,6 +19,7 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/tail"
 )
 
@@ -57,6 +58,15 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		return nil, err
 	}
 	defer unlock()
+	// Work dirs of this id that a build which died (a crash, a restart of
+	// serve) left: we hold the id's lock, so no live build owns them.
+	if stale, _ := filepath.Glob(filepath.Join(s.Dir, "tmp", id[:12]+"-*")); len(stale) > 0 {
+		for _, d := range stale {
+			if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+				removeTree(d)
+			}
+		}
+	}
 	if !opt.Force { // someone else may have built it while we waited
 		if b, err := s.load(id); err == nil {
 			p.linef("environment %s: cached build %s", spec.Name, b.ShortID())
@@ -74,7 +84,9 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 			removeTree(work)
 		}
 	}()
-	bl := &builder{spec: spec, in: in, id: id, work: work, rootfs: filepath.Join(work, "rootfs"), p: p}
+	bl := &builder{spec: spec, in: in, id: id, work: work, rootfs: filepath.Join(work, "rootfs"), p: p,
+		storeDir: s.Dir, loopback: s.LoopbackPorts}
+	defer func() { bl.jail.close() }()
 	if bl.log, err = os.Create(filepath.Join(work, "build.log")); err != nil {
 		return nil, err
 	}
@@ -84,7 +96,9 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 	}
 	defer bl.log.Close()
 	p.linef("environment %s: building %s (%s)", spec.Name, id[:12], bl.baseDesc())
-	if err := bl.run(ctx); err != nil {
+	err = bl.run(ctx)
+	bl.jail.close() // before the work dir moves: its mount is in there
+	if err != nil {
 		// Keep the log where the user can read it after the work dir goes.
 		failed := filepath.Join(s.Dir, "tmp", id[:12]+".failed.log")
 		_ = copyFile(bl.log.Name(), failed)
@@ -167,6 +181,9 @@ type builder struct {
 	log          *os.File
 	logw         io.Writer // log, and BuildOptions.Log
 	p            *progress
+	storeDir     string
+	loopback     []int // Store.LoopbackPorts
+	jail         *jail // made by the first command run in the rootfs
 }
 
 func (b *builder) baseDesc() string {
@@ -257,38 +274,40 @@ func privateNS(argv ...string) []string {
 	return append([]string{"unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child"}, argv...)
 }
 
-// inRoot runs argv chrooted into the rootfs with /proc, /dev and the host's
-// resolver (apt and pip need the network), in private namespaces.
+// inRoot runs argv in the rootfs as its root, in the build's jail (see
+// jail.go: never host root, no host /dev, the internet only through the
+// egress stack).
 func (b *builder) inRoot(ctx context.Context, env []string, argv ...string) error {
-	for _, d := range []string{"proc", "dev", "etc"} {
-		// Inside the rootfs even if the image made them symlinks.
-		f, err := rootfsDir(b.rootfs, d)
+	return b.inJail(ctx, 0, 0, "/", append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/root", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}, env...), argv)
+}
+
+// inJail runs argv in the build's jail (made on first use) as uid:gid in
+// workdir, with the jail's resolver in the rootfs for the time of it.
+func (b *builder) inJail(ctx context.Context, uid, gid int, workdir string, env, argv []string) error {
+	if b.jail == nil {
+		j, err := newJail(b.storeDir, b.work, b.rootfs, b.loopback, b.logw)
 		if err != nil {
 			return err
 		}
-		f.Close()
+		b.jail = j
 	}
 	restore, err := b.withResolver()
 	if err != nil {
 		return err
 	}
 	defer restore()
-	script := `set -e; R=$1; shift
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-exec chroot "$R" "$@"`
-	args := privateNS(append([]string{"sh", "-c", script, "sh", b.rootfs}, argv...)...)
-	return b.command(ctx, args, append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"HOME=/root", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}, env...))
+	return b.jail.run(ctx, b, uid, gid, workdir, env, argv)
 }
 
-// withResolver puts the host's resolv.conf into the rootfs for the step and
-// takes it out again: a built image carries no host network settings.
+// jailResolver is the resolv.conf of a step: the egress stack's resolver
+// on the gateway of tun0 (it forwards to the host's resolvers).
+var jailResolver = []byte("nameserver " + isolate.TUNGatewayIPv4 + "\nnameserver " + isolate.TUNGatewayIPv6 + "\n")
+
+// withResolver puts the jail's resolv.conf into the rootfs for the step and
+// takes it out again: a built image carries no build network settings.
 func (b *builder) withResolver() (func(), error) {
-	host, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		return func() {}, nil // no resolver on the host: loopback indexes still work
-	}
+	host := jailResolver
 	// Every access resolves inside the rootfs: its etc may be a symlink
 	// to a host directory (etc -> /root).
 	const rel = "etc/resolv.conf"
@@ -336,7 +355,13 @@ func (b *builder) withResolver() (func(), error) {
 // command runs argv with its output in the build log; a failure carries the
 // log's tail.
 func (b *builder) command(ctx context.Context, argv, env []string) error {
+	return b.commandFiles(ctx, argv, env, nil)
+}
+
+// commandFiles is command with extra files for the child (fd 3 on).
+func (b *builder) commandFiles(ctx context.Context, argv, env []string, extra []*os.File) error {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.ExtraFiles = extra
 	cmd.Env = env
 	if env == nil {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive"}
@@ -377,21 +402,15 @@ func (b *builder) contract(ctx context.Context) error {
 		{"tmp", 0o1777, 0}, {"var/tmp", 0o1777, 0}, {"home", 0o755, 0}, {"home/user", 0o755, 1000},
 		{"files", 0o755, 1000}, {"etc", 0o755, 0},
 	} {
-		p, err := securejoin.SecureJoin(b.rootfs, d.path)
-		if err != nil {
-			return err
-		}
-		if fi, err := os.Lstat(p); err == nil && !fi.IsDir() {
+		if existsInRootfs(b.rootfs, d.path) && !dirInRootfs(b.rootfs, d.path) {
 			continue // e.g. /var/tmp as a link: leave the image's choice
 		}
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, d.mode); err != nil {
-			return err
-		}
+		gid := 0
 		if d.uid != 0 {
-			_ = os.Lchown(p, d.uid, 100)
+			gid = 100
+		}
+		if err := mkdirInRootfs(b.rootfs, d.path, d.mode, d.uid, gid); err != nil {
+			return err
 		}
 	}
 	// Launchers overlay these files, which needs them to exist; and
@@ -400,14 +419,10 @@ func (b *builder) contract(ctx context.Context) error {
 		"etc/hosts":    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 		"etc/hostname": "sandbox\n",
 	} {
-		p, err := securejoin.SecureJoin(b.rootfs, name)
-		if err != nil {
-			return err
-		}
-		if _, err := os.Lstat(p); err == nil {
+		if existsInRootfs(b.rootfs, name) {
 			continue
 		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		if err := writeInRootfs(b.rootfs, name, []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
@@ -420,11 +435,7 @@ func (b *builder) contract(ctx context.Context) error {
 // ensureLine appends line to file unless an entry with the id (":1000:")
 // is already there; an image's own uid-1000 account is kept as it is.
 func ensureLine(root, rel, prefix, line, id string) error {
-	p, err := securejoin.SecureJoin(root, rel)
-	if err != nil {
-		return err
-	}
-	old, err := os.ReadFile(p)
+	old, err := readInRootfs(root, rel, 16<<20)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -440,7 +451,7 @@ func ensureLine(root, rel, prefix, line, id string) error {
 	if len(old) > 0 && !bytes.HasSuffix(old, []byte("\n")) {
 		old = append(old, '\n')
 	}
-	return os.WriteFile(p, append(old, line...), 0o644)
+	return writeInRootfs(root, rel, append(old, line...), 0o644)
 }
 
 func (b *builder) pipInstall(ctx context.Context) error {

@@ -273,6 +273,36 @@ func TestBuildFromTarball(t *testing.T) {
 	}
 }
 
+// TestBuildSweepsCrashedWorkDir: a build that died (serve killed mid-build)
+// leaves its work dir under tmp/ and publishes no name; the next build of
+// the same id removes it.
+func TestBuildSweepsCrashedWorkDir(t *testing.T) {
+	dir := t.TempDir()
+	tag, _ := name.NewTag("test/base:1")
+	if err := tarball.WriteToFile(filepath.Join(dir, "img.tar"), tag, testImage(t)); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := ParseSpec([]byte("name: crashed\nbase: {tarball: img.tar}\n"+imageSpecTail), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := Open(t.TempDir())
+	b, err := st.Build(ctxT(t, time.Minute), spec, BuildOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(st.Dir, "tmp", b.ID[:12]+"-crashed")
+	if err := os.MkdirAll(filepath.Join(crashed, "rootfs", "usr"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Build(ctxT(t, time.Minute), spec, BuildOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(crashed); err == nil {
+		t.Error("the crashed build's work dir is still there")
+	}
+}
+
 func TestBuildFailureLeavesNothing(t *testing.T) {
 	// An image without python3 fails the last step; the store keeps no
 	// build, no name and no work dir, only the log.

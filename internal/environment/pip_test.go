@@ -67,7 +67,9 @@ func TestPipLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
-	b, err := st.Build(ctx, spec(testpypi.Serve(t, "cs-locked", file, locked)), environment.BuildOptions{Progress: testWriter{t}})
+	good := testpypi.Serve(t, "cs-locked", file, locked)
+	st.LoopbackPorts = []int{testpypi.Port(t, good)}
+	b, err := st.Build(ctx, spec(good), environment.BuildOptions{Progress: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +85,9 @@ func TestPipLock(t *testing.T) {
 	// Same lock, but the index now serves a different wheel under the same
 	// name (a compromised or changed index): pip must refuse it.
 	tampered := testpypi.Wheel(t, "cs_locked", "1.0", "cs_locked", "VALUE = 'tampered'\n")
-	_, err = st.Build(ctx, spec(testpypi.Serve(t, "cs-locked", file, tampered)), environment.BuildOptions{Force: true})
+	bad := testpypi.Serve(t, "cs-locked", file, tampered)
+	st.LoopbackPorts = []int{testpypi.Port(t, bad)}
+	_, err = st.Build(ctx, spec(bad), environment.BuildOptions{Force: true})
 	if !errors.Is(err, environment.ErrBuildFailed) || !strings.Contains(err.Error(), "does not match its --hash") {
 		t.Fatalf("tampered wheel: got %v", err)
 	}

@@ -193,9 +193,9 @@ func (b *builder) runSteps(ctx context.Context) error {
 			}
 		case s.Workdir != "":
 			st.workdir = s.Workdir
-			var p string
-			if p, err = securejoin.SecureJoin(b.rootfs, s.Workdir); err == nil {
-				err = os.MkdirAll(p, 0o755)
+			var d *os.File
+			if d, err = rootfsDir(b.rootfs, strings.TrimPrefix(path.Clean(s.Workdir), "/")); err == nil {
+				d.Close()
 			}
 		default:
 			st.user = s.User
@@ -223,6 +223,9 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
+
+// errNoUser is a user name the rootfs's /etc/passwd doesn't have.
+var errNoUser = errors.New("no such user")
 
 // lookupUser finds a user (name or uid) in the rootfs's /etc/passwd.
 func (b *builder) lookupUser(user string) (uid, gid int, home string, err error) {
@@ -254,82 +257,44 @@ func (b *builder) lookupUser(user string) (uid, gid int, home string, err error)
 	if n, err := strconv.Atoi(user); err == nil {
 		return n, n, "/", nil
 	}
-	return 0, 0, "", fmt.Errorf("user %q is not in the rootfs's /etc/passwd (create it in an earlier run step)", user)
+	return 0, 0, "", fmt.Errorf("%w: user %q is not in the rootfs's /etc/passwd (create it in an earlier run step)", errNoUser, user)
 }
 
-// keptCaps are the capabilities a run step keeps (numbers from
-// linux/capability.h): what apt, dpkg and pip need to install as root.
-// Everything else is dropped from the bounding set before the step's
-// command starts, notably CAP_SYS_CHROOT (the chroot escape), CAP_SYS_ADMIN
-// (mounts), CAP_MKNOD, CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SYS_PTRACE
-// and CAP_SYS_MODULE.
-var keptCaps = map[int]bool{0: true /* chown */, 1: true /* dac_override */, 3: true /* fowner */, 4: true, /* fsetid */
-	5: true /* kill */, 6: true /* setgid */, 7: true /* setuid */, 10: true /* net_bind_service */, 29: true /* audit_write */, 31: true /* setfcap */}
-
-func droppedCaps() string {
-	last := 40
-	if raw, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		if n, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
-			last = n
-		}
-	}
-	var out []string
-	for c := 0; c <= last; c++ {
-		if !keptCaps[c] {
-			out = append(out, strconv.Itoa(c))
-		}
-	}
-	return strings.Join(out, ",")
-}
-
-// runScript sets up a run step's root: its own /proc with /proc/sys and
-// the other host knobs read-only or masked, a /dev of only the harmless
-// devices (not the host's /dev), then chroot, drop capabilities and the
-// user, and run the command. The mounts die with the namespace.
-const runScript = `set -e; R=$1; CAPS=$2; U=$3; G=$4; CMD=$5
-mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
-for p in sys sysrq-trigger irq bus fs; do
-	[ -e "$R/proc/$p" ] || continue
-	mount --bind "$R/proc/$p" "$R/proc/$p"; mount -o remount,bind,ro "$R/proc/$p"
-done
-for p in kcore keys timer_list kallsyms; do [ -e "$R/proc/$p" ] && mount --bind /dev/null "$R/proc/$p"; done
-mount -t tmpfs -o nosuid,noexec,mode=755,size=1m tmpfs "$R/dev"
-for d in null zero full random urandom tty; do : > "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
-mkdir -p "$R/dev/shm" "$R/dev/pts"; ln -s /proc/self/fd "$R/dev/fd"
-ln -s /proc/self/fd/0 "$R/dev/stdin"; ln -s /proc/self/fd/1 "$R/dev/stdout"; ln -s /proc/self/fd/2 "$R/dev/stderr"
-set -- --chroot="$R" --drop="$CAPS"
-if [ "$U" != 0 ]; then set -- "$@" --gid="$G" --groups="$G" --uid="$U"; fi
-exec capsh "$@" --shell=/bin/sh -- -c "$CMD"`
-
-// runAs runs a run step's command in the rootfs as user. It runs as a
-// process of this (root) build, with the host's network (apt and pip need
-// it), but in its own mount, pid, ipc and uts namespaces, chrooted, with
-// the capabilities above dropped and a /dev of its own.
+// runAs runs a run step's command in the rootfs as user, in the build's
+// jail (jail.go): its own user namespace where root is an unprivileged host
+// uid, pivot_root into the rootfs, its own /proc and /dev, the internet
+// through the egress stack only, and every process killed when it ends.
 func (b *builder) runAs(ctx context.Context, st *stepState, user, command string) error {
 	if _, err := os.Stat(filepath.Join(b.rootfs, "bin/sh")); err != nil {
 		return errors.New("the rootfs has no /bin/sh to run the command with")
 	}
 	uid, gid, home, err := b.lookupUser(user)
+	if errors.Is(err, errNoUser) {
+		// E2B's wording, which its SDK's tests match, then ours.
+		return fmt.Errorf("failed to run command '%s': command failed: unauthenticated: invalid username: '%s' (%w)", oneLine(command, 200), user, err)
+	}
 	if err != nil {
 		return err
 	}
+	if uid < 0 || uid >= idRangeSize || gid < 0 || gid >= idRangeSize {
+		return fmt.Errorf("user %q: uid and gid must be below %d (the ids a build maps)", user, idRangeSize)
+	}
+	if uid != 0 && !b.rootfsHas("usr/bin/setpriv", "bin/setpriv") {
+		return fmt.Errorf("running as %q needs setpriv in the image (util-linux; Debian and Ubuntu have it): install it in an earlier step run as root", user)
+	}
 	for _, d := range []string{"proc", "dev", "etc"} {
-		p, err := securejoin.SecureJoin(b.rootfs, d)
+		f, err := rootfsDir(b.rootfs, d)
 		if err != nil {
 			return err
 		}
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
+		f.Close()
 	}
-	restore, err := b.withResolver()
-	if err != nil {
-		return err
+	workdir := st.workdir
+	if f, err := rootfsDir(b.rootfs, strings.TrimPrefix(path.Clean("/"+workdir), "/")); err == nil {
+		f.Close()
+	} else {
+		workdir = "/"
 	}
-	defer restore()
-	cd := "cd " + shellQuote(st.workdir) + " 2>/dev/null || cd /; "
-	args := []string{"unshare", "--mount", "--propagation", "private", "--pid", "--ipc", "--uts", "--fork", "--kill-child",
-		"sh", "-c", runScript, "sh", b.rootfs, droppedCaps(), strconv.Itoa(uid), strconv.Itoa(gid), cd + command}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + home, "USER=" + user,
 		"LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive",
 		// The rootfs is the template's own: pip installing next to
@@ -338,10 +303,21 @@ func (b *builder) runAs(ctx context.Context, st *stepState, user, command string
 	for _, kv := range sortedEnv(b.spec.Env) {
 		env = append(env, kv[0]+"="+kv[1])
 	}
-	return b.command(ctx, args, append(env, st.env...))
+	return b.inJail(ctx, uid, gid, workdir, append(env, st.env...), []string{"/bin/sh", "-c", command})
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+// rootfsHas reports whether one of the paths exists in the rootfs
+// (resolved inside it).
+func (b *builder) rootfsHas(paths ...string) bool {
+	for _, p := range paths {
+		if full, err := securejoin.SecureJoin(b.rootfs, p); err == nil {
+			if _, err := os.Stat(full); err == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // copyStep unpacks the archive into a staging directory, then copies Src
 // from it to Dest in the rootfs, resolving every path inside the rootfs.
@@ -400,12 +376,11 @@ func (b *builder) copyStep(st *stepState, c *CopyStep) error {
 				return err
 			}
 			rel, _ := filepath.Rel(m, p)
-			to, err := securejoin.SecureJoin(b.rootfs, path.Join(target, filepath.ToSlash(rel)))
-			if err != nil {
-				return err
-			}
-			if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-				return err
+			// Every write resolves inside the rootfs, at the moment of the
+			// write (rootfsio.go): an image symlink never redirects it.
+			to := strings.TrimPrefix(path.Clean("/"+path.Join(target, filepath.ToSlash(rel))), "/")
+			if to == "" {
+				return nil // the rootfs itself
 			}
 			perm := info.Mode().Perm()
 			if mode != 0 && !info.IsDir() {
@@ -413,29 +388,18 @@ func (b *builder) copyStep(st *stepState, c *CopyStep) error {
 			}
 			switch {
 			case info.IsDir():
-				if err := os.MkdirAll(to, 0o755); err != nil {
-					return err
-				}
+				return mkdirInRootfs(b.rootfs, to, perm, uid, gid)
 			case info.Mode()&os.ModeSymlink != 0:
 				link, err := os.Readlink(p)
 				if err != nil {
 					return err
 				}
-				_ = os.RemoveAll(to)
-				return os.Symlink(link, to) // read later only through the rootfs
+				return replaceSymlinkInRootfs(b.rootfs, to, link, uid, gid) // read later only through the rootfs
 			case info.Mode().IsRegular():
-				_ = os.RemoveAll(to)
-				if err := copyRegular(p, to); err != nil {
-					return err
-				}
+				return copyIntoRootfs(p, b.rootfs, to, uid, gid, perm)
 			default:
 				return nil // devices, fifos: not copied
 			}
-			// chown first: it clears set-id bits a mode may ask for.
-			if err := os.Lchown(to, uid, gid); err != nil {
-				return err
-			}
-			return os.Chmod(to, perm)
 		}); err != nil {
 			return err
 		}
@@ -443,24 +407,30 @@ func (b *builder) copyStep(st *stepState, c *CopyStep) error {
 	return nil
 }
 
-func (c *CopyStep) archivePath(s *Spec) string { return s.abs(c.Archive) }
-
-func copyRegular(from, to string) error {
+// copyIntoRootfs copies the host file from (our own staging copy) to rel
+// of the rootfs, owned by uid:gid with perm.
+func copyIntoRootfs(from, root, rel string, uid, gid int, perm os.FileMode) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	out, err := createInRootfs(root, rel)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
+	_, err = io.Copy(out, in)
+	// chown first: it clears set-id bits a mode may ask for.
+	if err == nil {
+		err = out.Chown(uid, gid)
 	}
-	return out.Close()
+	if err == nil {
+		err = out.Chmod(perm)
+	}
+	return errors.Join(err, out.Close())
 }
+
+func (c *CopyStep) archivePath(s *Spec) string { return s.abs(c.Archive) }
 
 // untar unpacks a (gzip'd) tar into dir: regular files, directories and
 // symlinks only, every name kept inside dir, bounded in entries and bytes.

@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +50,12 @@ func tarGz(t *testing.T, files map[string]string, links map[string]string) []byt
 func TestStepsRunIsolated(t *testing.T) {
 	st, _ := pythonStore(t)
 	canary := filepath.Join(t.TempDir(), "canary")
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a host service on loopback
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	hostPort := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	attacks := []struct{ name, cmd string }{
 		{"chroot-escape", `python3 -c "import os; os.makedirs('/x', exist_ok=True); os.chroot('/x'); os.chdir('../../../../..'); os.chroot('.'); open('` + canary + `','w').write('escaped')"`},
 		{"mount", `mkdir -p /m && mount -t tmpfs t /m`},
@@ -55,7 +63,9 @@ func TestStepsRunIsolated(t *testing.T) {
 		{"host-disk", `ls /dev/ | grep -qE '^(sd|vd|nvme|xvd)'`},
 		{"sysctl", `echo '|/tmp/x' > /proc/sys/kernel/core_pattern`},
 		{"sysrq", `echo h > /proc/sysrq-trigger`},
-		{"kill-host", `kill -0 1 && test "$(cat /proc/1/comm)" != sh && test "$(cat /proc/1/comm)" != unshare`},
+		{"kill-host", `kill -0 1 && test "$(cat /proc/1/comm)" != sh && test "$(cat /proc/1/comm)" != bwrap`},
+		{"host-root", `grep -qE "^ *0 +0 " /proc/self/uid_map`}, // root here is host root
+		{"host-loopback", `python3 -c "import socket; socket.create_connection(('127.0.0.1', ` + hostPort + `), 3)"`},
 	}
 	var script strings.Builder
 	script.WriteString("touch /control && chown 1000:100 /control && echo control >> /results\n")
@@ -96,6 +106,7 @@ func TestSteps(t *testing.T) {
 	dir := t.TempDir()
 	wheel := testpypi.Wheel(t, "cs_steps", "1.0", "cs_steps", "VALUE = 7\n")
 	index := testpypi.Serve(t, "cs-steps", testpypi.FileName("cs_steps", "1.0"), wheel)
+	st.LoopbackPorts = []int{testpypi.Port(t, index)} // the jail reaches no other host port
 	archive := tarGz(t, map[string]string{"app/main.py": "print('hi')\n", "app/data/x.txt": "x\n"},
 		map[string]string{"app/evil": "/etc/shadow"})
 	if err := os.WriteFile(filepath.Join(dir, "files.tar.gz"), archive, 0o644); err != nil {

@@ -21,6 +21,11 @@ import (
 //	tmp/                     builds in progress
 type Store struct {
 	Dir string
+	// LoopbackPorts are TCP ports of the host's loopback that build steps
+	// may reach at the same 127.0.0.1:port inside their jail: a package
+	// index on the build machine (tests serve theirs on loopback). Steps
+	// reach nothing else of the host; none by default.
+	LoopbackPorts []int
 }
 
 // DefaultDir is where environments live unless told otherwise:

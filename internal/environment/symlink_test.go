@@ -1,9 +1,14 @@
 package environment
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +58,72 @@ func TestHostWritesStayInRootfs(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(rootfs, hostSrv, ".code-sandboxes-lock.txt")); err != nil {
 			t.Errorf("the write did not land inside the rootfs: %v", err)
 		}
+	}
+}
+
+// TestCopyAndContractStayInRootfs: the image's directories are symlinks to
+// host directories (srv -> a host dir, home -> another, etc/passwd -> a
+// host file): a copy step into them, a workdir step and the sandbox
+// contract (mount points, /etc/passwd and /etc/group lines, hosts) must
+// write only inside the rootfs, never through those links.
+func TestCopyAndContractStayInRootfs(t *testing.T) {
+	hostSrv, hostHome, hostEtc := t.TempDir(), t.TempDir(), t.TempDir()
+	hostPasswd := filepath.Join(hostEtc, "passwd")
+	if err := os.WriteFile(hostPasswd, []byte("root:x:0:0::/root:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The targets exist inside the rootfs too (a dangling one is refused):
+	// a write must land there, never on the host's.
+	for _, d := range []string{hostSrv, hostHome, hostEtc} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{"srv": hostSrv, "home": hostHome, "etc/passwd": hostPasswd, "etc/group": hostPasswd} {
+		if err := os.Symlink(target, filepath.Join(rootfs, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, content := range map[string]string{"app/main.py": "print(1)\n", "app/sub/x.txt": "x\n"} {
+		_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg})
+		_, _ = tw.Write([]byte(content))
+	}
+	_ = tw.Close()
+	_ = gz.Close()
+	archive := filepath.Join(t.TempDir(), "files.tar.gz")
+	if err := os.WriteFile(archive, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &builder{spec: &Spec{Name: "x", Steps: []Step{{Workdir: "/srv/work"}, {Copy: &CopyStep{Archive: archive, Src: "app", Dest: "/srv/app/"}}}},
+		in: &inputs{}, rootfs: rootfs, work: t.TempDir(), p: newProgress(nil), logw: io.Discard}
+	if err := b.runSteps(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.contract(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{hostSrv, hostHome} {
+		if ents, _ := os.ReadDir(d); len(ents) > 0 {
+			t.Errorf("a host directory behind an image symlink was written: %s has %v", d, ents)
+		}
+	}
+	if raw, _ := os.ReadFile(hostPasswd); string(raw) != "root:x:0:0::/root:/bin/sh\n" {
+		t.Errorf("a host file behind an image symlink was written: %q", raw)
+	}
+	// Where the writes went: inside the rootfs, resolved there.
+	if _, err := os.Stat(filepath.Join(rootfs, hostSrv, "app/sub/x.txt")); err != nil {
+		t.Errorf("the copy did not land inside the rootfs: %v", err)
+	}
+	// /etc/passwd led nowhere inside the rootfs: the entry itself became
+	// the file.
+	if raw, err := readInRootfs(rootfs, "etc/passwd", 1<<20); err != nil || !strings.Contains(string(raw), "user:x:1000:100") {
+		t.Errorf("the contract's passwd line, inside the rootfs: %q %v", raw, err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -76,4 +78,19 @@ func Serve(t testing.TB, project, file string, wheel []byte) string {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String() + "/simple/"
+}
+
+// Port is the loopback port of an index URL from Serve: what a build's
+// jail must be told it may reach (environment.Store.LoopbackPorts).
+func Port(t testing.TB, index string) int {
+	t.Helper()
+	u, err := url.Parse(index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
