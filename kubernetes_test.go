@@ -241,7 +241,7 @@ try:
     open('/proc/1/environ').read(); out.append('environ readable')
 except PermissionError:
     out.append('environ closed')
-out.append(str(any(k.startswith(('CODE_SANDBOXES', 'KUBERNETES')) for k in os.environ)))
+out.append(str(any(k.startswith(('CODE_SANDBOXES', 'KUBERNETES')) and k != 'CODE_SANDBOXES_TOOLS_SOCKET' for k in os.environ)))  # the tools socket's path is the kernels' to know (docs/agent-protocol.md)
 try:
     open('/etc/probe', 'w'); out.append('root writable')
 except OSError:
