@@ -61,6 +61,11 @@ type Config struct {
 	// even connect; 0 = 0666, for callers that aren't root (the token is
 	// then the only gate, as it always is for everything but /health).
 	SocketMode os.FileMode `json:"socket_mode,omitempty"`
+	// Pausable puts the socket in CtlDir (the sandbox user's, inside the
+	// root-owned run directory) so that the agent, no longer root, can
+	// close it before a checkpoint and open it again after a restore
+	// (quiesce.go): the local variant under gVisor sets it.
+	Pausable bool `json:"pausable,omitempty"`
 }
 
 func fail(name, format string, a ...any) int {
@@ -89,7 +94,15 @@ func Run(name, runDir string) int {
 	if err := os.Remove(cfgPath); err != nil {
 		return fail(name, "removing %s: %v", cfgPath, err)
 	}
-	sock := filepath.Join(runDir, SocketFile)
+	sockDir := runDir
+	var q *pauseCtl
+	if cfg.Pausable {
+		if q, err = openPauseCtl(runDir); err != nil {
+			return fail(name, "%v", err)
+		}
+		sockDir = q.dir
+	}
+	sock := filepath.Join(sockDir, SocketFile)
 	_ = os.Remove(sock)
 	// The token is the authentication; the mode keeps user code from even
 	// connecting where the host allows (see SocketMode). The directory stays
@@ -151,6 +164,7 @@ func Run(name, runDir string) int {
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
+		Quiesce: q.quiesce(mode),
 	})
 	// Returning ends the container (we are its init), which the engine then
 	// removes (AutoRemove): that is how the lifetime ends a sandbox.

@@ -104,6 +104,8 @@ type gvisorSandbox struct {
 	waitCmd  *exec.Cmd
 	waitOnce sync.Once
 	waitErr  error
+	// pause is set by a successful checkpoint (pause.go).
+	pause pauseState
 }
 
 // runscCmd is one runsc command on this sandbox's state directory.
@@ -138,12 +140,26 @@ func startGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) er
 			return nil, err
 		}
 	}
+	// The agent's socket directory: the sandbox user's (the agent, no
+	// longer root, opens its socket there again after a restore) and
+	// group root's (the agent first binds it as uid 0 without
+	// CAP_DAC_OVERRIDE), inside run, which is root's alone.
+	ctl := filepath.Join(run, ctragent.CtlDir)
+	if err := os.Mkdir(ctl, 0o770); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(ctl, isolate.SandboxUID, 0); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(ctl, 0o770); err != nil {
+		return nil, err
+	}
 	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24]}
 
 	acfg := ctragent.Config{ID: spec.Agent.ID, Token: spec.Agent.Token, Python: spec.Agent.Python, Workdir: spec.Agent.Workdir,
 		Env: spec.Agent.Env, Lifetime: spec.Agent.Lifetime, IdleTimeout: spec.Agent.IdleTimeout, NoPrewarm: spec.Agent.NoPrewarm,
 		// The host side is root: code in the sandbox can't even connect.
-		SocketMode: 0o600}
+		SocketMode: 0o600, Pausable: true}
 	b, _ := json.Marshal(acfg)
 	if err := os.WriteFile(filepath.Join(run, ctragent.ConfigFile), b, 0o600); err != nil {
 		return nil, err
@@ -218,7 +234,11 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 	}
 	defer logf.Close()
 	var netw *egress.Stack
-	g, err := startGVisor(spec, logf, func(tun *os.File) error {
+	start := startGVisor
+	if spec.Restore {
+		start = restoreGVisor
+	}
+	g, err := start(spec, logf, func(tun *os.File) error {
 		if tun == nil {
 			return nil
 		}
@@ -240,7 +260,7 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 		defer netw.Close()
 	}
 	// The host reaches the agent where a namespaces sandbox's socket is.
-	if err := os.Symlink(filepath.Join(gvisorDir, "run", ctragent.SocketFile), filepath.Join(dir, socketFile)); err != nil {
+	if err := os.Symlink(filepath.Join(gvisorDir, "run", ctragent.CtlDir, ctragent.SocketFile), filepath.Join(dir, socketFile)); err != nil && !spec.Restore {
 		_ = g.Kill()
 		_ = g.Cleanup()
 		return fail(err)
@@ -249,6 +269,10 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 	r.ShimStart = procStart(os.Getpid())
 	r.AgentPid = g.pid
 	r.Cgroups = g.cgroups
+	if r.Paused {
+		// The lifetime clock ran only while the sandbox did.
+		r.Paused, r.EndAt, r.Remaining = false, time.Now().Add(r.Remaining), 0
+	}
 	if err := writeRecord(dir, &r); err != nil {
 		_ = g.Kill()
 		_ = g.Cleanup()

@@ -47,6 +47,10 @@ type record struct {
 	// that runs it (a dead supervisor's sandbox is deleted with it).
 	Isolation string `json:"isolation,omitempty"`
 	Runsc     string `json:"runsc,omitempty"`
+	// Paused: the sandbox is a checkpoint on disk (pause.go), no process
+	// runs; Remaining is what was left of its lifetime when it paused.
+	Paused    bool          `json:"paused,omitempty"`
+	Remaining time.Duration `json:"remaining,omitempty"`
 }
 
 const (

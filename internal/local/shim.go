@@ -44,6 +44,9 @@ type shimSpec struct {
 	// with Record.Isolation gvisor.
 	Runsc string `json:"runsc,omitempty"`
 	Exe   string `json:"exe,omitempty"`
+	// Restore: bring back the paused sandbox in Dir from its checkpoint
+	// (pause.go) instead of starting a new one.
+	Restore bool `json:"restore,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -105,6 +108,13 @@ func runShim() int {
 		return 1
 	}
 
+	if spec.Restore {
+		// A failed restore keeps the checkpoint: the sandbox stays paused.
+		fail = func(err error) int {
+			report(shimReport{Error: err.Error()})
+			return 1
+		}
+	}
 	if spec.Record.Isolation == IsolationGVisor {
 		return runGVisorShim(spec, report, fail)
 	}
@@ -223,6 +233,10 @@ func supervise(dir string, proc supervised, netw *egress.Stack, closeAll func())
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	pp, _ := proc.(pausable)
+	if pp != nil {
+		pp.handlePause(dir)
+	}
 	if netw != nil {
 		usr1 := make(chan os.Signal, 1)
 		signal.Notify(usr1, syscall.SIGUSR1)
@@ -279,6 +293,10 @@ func supervise(dir string, proc supervised, netw *egress.Stack, closeAll func())
 	_ = proc.Kill() // whatever is left in the cgroup
 	_ = proc.Cleanup()
 	closeAll()
+	if pp != nil && pp.pausedOK() {
+		pp.finishPause(dir)
+		return 0
+	}
 	_ = os.RemoveAll(dir)
 	return 0
 }

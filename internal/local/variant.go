@@ -296,7 +296,10 @@ func (i *instance) Info(ctx context.Context) (driver.Info, error) {
 
 func infoOf(r *record) driver.Info {
 	status := "running"
-	if !r.alive() {
+	switch {
+	case r.Paused:
+		status = StatusPaused
+	case !r.alive():
 		status = "stopped"
 	}
 	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
@@ -451,6 +454,10 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	if err == nil && r.ID != id {
 		err = os.ErrNotExist
 	}
+	if err == nil && r.Paused {
+		// A handle on the checkpoint: Resume brings it back.
+		return newInstance(rt, r.ID, r.Token), nil
+	}
 	if err != nil || !r.alive() {
 		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
 	}
@@ -483,7 +490,7 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 			continue
 		}
 		r, err := readRecord(filepath.Join(rt, e.Name()))
-		if err != nil || !r.alive() {
+		if err != nil || (!r.alive() && !r.Paused) {
 			continue
 		}
 		if i := infoOf(r); f.Match(i) {
@@ -527,7 +534,7 @@ func sweep(rt string) (int, error) {
 			}
 			continue
 		}
-		if !r.alive() {
+		if !r.alive() && !r.Paused {
 			cleanupStale(dir, r)
 			n++
 		}
