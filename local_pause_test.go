@@ -120,3 +120,83 @@ func TestLocalPauseRefusedUnderNamespaces(t *testing.T) {
 		t.Fatalf("the sandbox does not run on after a refused pause: %q", ex.Text())
 	}
 }
+
+// A caller that gives up mid-pause (its ctx ends) leaves a sandbox that is
+// paused or running, never half: every Info on the way says one of the two,
+// and whichever it ends as has its state.
+func TestLocalGVisorPauseCancelled(t *testing.T) {
+	requireGVisor(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	for _, after := range []time.Duration{0, 20 * time.Millisecond, 200 * time.Millisecond} {
+		pctx, pcancel := context.WithTimeout(context.Background(), after)
+		err := sb.Pause(pctx)
+		pcancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		// The supervisor finishes what it started; watch it settle.
+		var status string
+		for i := 0; i < 100; i++ {
+			info, ierr := sb.Info(ctx)
+			if ierr != nil {
+				t.Fatalf("cancelled after %s (Pause: %v): Info: %v", after, err, ierr)
+			}
+			status = info.Status
+			if status != "running" && status != sandboxes.StatusPaused {
+				t.Fatalf("cancelled after %s: status %q", after, status)
+			}
+			if status == sandboxes.StatusPaused {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("cancelled after %s: Pause said %v; the sandbox is %s", after, err, status)
+		if status == sandboxes.StatusPaused {
+			if err := sb.Resume(ctx); err != nil {
+				t.Fatalf("Resume: %v", err)
+			}
+		}
+		if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+			t.Fatalf("cancelled after %s: x + 2 = %q (%v), want 42", after, ex.Text(), ex.Error)
+		}
+		cancel()
+	}
+}
+
+// 500 MB of a sandbox's memory survive a pause and a resume.
+func TestLocalGVisorPauseLargeMemory(t *testing.T) {
+	requireGVisor(t)
+	sb := newLocal(t, func(c *sandboxes.Config) {
+		c.Isolation = sandboxes.IsolationGVisor
+		c.Memory = 2 << 30
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	code := `import hashlib, os
+b = bytearray(os.urandom(1 << 20)) * 500
+digest = hashlib.sha256(b).hexdigest()
+len(b)`
+	if hasRich() {
+		code = `import hashlib, numpy
+a = numpy.random.default_rng().integers(0, 2**62, size=(500 << 20) // 8, dtype=numpy.int64)
+digest = hashlib.sha256(a.tobytes()).hexdigest()
+a.nbytes`
+	}
+	if ex := runOut(t, sb, code); ex.Error != nil || ex.Text() != strconv.Itoa(500<<20) {
+		t.Fatalf("allocating: %q (%v)", ex.Text(), ex.Error)
+	}
+	check := `hashlib.sha256(b).hexdigest() == digest`
+	if hasRich() {
+		check = `hashlib.sha256(a.tobytes()).hexdigest() == digest`
+	}
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if ex := runOut(t, sb, check); ex.Error != nil || ex.Text() != "True" {
+		t.Fatalf("the 500 MB after resume: %q (%v)", ex.Text(), ex.Error)
+	}
+}

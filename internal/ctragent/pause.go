@@ -38,9 +38,9 @@ type pauseCtl struct {
 }
 
 // openPauseCtl opens CtlDir, which the host made the sandbox user's and
-// closed to everyone else (the agent can't chown: it only has SETUID and
-// SETGID); the run directory above it is root's alone, so code in the
-// sandbox, the same uid, can't reach it.
+// group root's, 0770 (the agent binds it first as uid 0 and can't chown:
+// it only has SETUID and SETGID); the run directory above it is root's
+// alone, so code in the sandbox, the same uid, can't reach it.
 func openPauseCtl(runDir string) (*pauseCtl, error) {
 	dir := filepath.Join(runDir, CtlDir)
 	fd, err := syscall.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

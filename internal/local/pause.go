@@ -241,6 +241,9 @@ func (i *instance) Pause(ctx context.Context) error {
 	if !r.alive() {
 		return fmt.Errorf("sandbox %s: %w (it expired or was killed)", i.id, sberr.ErrNotFound)
 	}
+	if err := ctx.Err(); err != nil {
+		return err // not started: the sandbox runs on
+	}
 	res := filepath.Join(i.dir(), pauseResult)
 	_ = os.Remove(res)
 	_ = i.Release() // our connections would only be cut
