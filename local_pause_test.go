@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,7 +20,7 @@ import (
 // counterCode starts a process that counts in /tmp/count, outside the
 // kernel, so that a pause must keep processes as well as variables.
 const counterCode = `import subprocess
-subprocess.Popen(["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"], start_new_session=True)
+subprocess.Popen(["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done"], start_new_session=True)
 x = 40`
 
 func readCount(t *testing.T, sb *sandboxes.Sandbox) int {
@@ -199,4 +201,103 @@ a.nbytes`
 	if ex := runOut(t, sb, check); ex.Error != nil || ex.Text() != "True" {
 		t.Fatalf("the 500 MB after resume: %q (%v)", ex.Text(), ex.Error)
 	}
+}
+
+// A snapshot starts as many sandboxes as wanted, each with its state, each
+// its own from there on; the original runs on.
+func TestLocalGVisorSnapshotFork(t *testing.T) {
+	requireGVisor(t)
+	t.Setenv("CODE_SANDBOXES_STATE_DIR", t.TempDir())
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, counterCode); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	if err := sb.Snapshot(ctx, "bad/name"); !errors.Is(err, sandboxes.ErrInvalidConfig) {
+		t.Fatalf("Snapshot with a path for a name: %v, want ErrInvalidConfig", err)
+	}
+	if err := sb.Snapshot(ctx, "forty"); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if ex := runOut(t, sb, "x = 0; x"); ex.Text() != "0" {
+		t.Fatalf("the original after its snapshot: %q (%v)", ex.Text(), ex.Error)
+	}
+	seen := map[string]bool{sb.ID(): true}
+	var forks []*sandboxes.Sandbox
+	for n := 0; n < 3; n++ {
+		cfg := localConfig(t)
+		cfg.Snapshot = "forty"
+		f, err := sandboxes.Create(ctx, cfg)
+		if err != nil {
+			t.Fatalf("fork %d: %v", n, err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		if seen[f.ID()] {
+			t.Fatalf("fork %d has id %s, already used", n, f.ID())
+		}
+		seen[f.ID()] = true
+		if ex := runOut(t, f, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+			t.Fatalf("fork %d: x + 2 = %q (%v), want the snapshot's 42", n, ex.Text(), ex.Error)
+		}
+		c1 := readCount(t, f)
+		time.Sleep(200 * time.Millisecond)
+		if c2 := readCount(t, f); c2 <= c1 {
+			t.Fatalf("fork %d: the snapshot's counter does not run (%d then %d)", n, c1, c2)
+		}
+		// The snapshot's token (the original's) does not open a fork;
+		// the fork's own does.
+		if code := agentStatus(t, f.ID(), sandboxToken(t, sb.ID())); code != http.StatusUnauthorized {
+			t.Fatalf("fork %d answers the original's token with %d, want 401", n, code)
+		}
+		if code := agentStatus(t, f.ID(), sandboxToken(t, f.ID())); code != http.StatusOK {
+			t.Fatalf("fork %d answers its own token with %d, want 200", n, code)
+		}
+		if ex := runOut(t, f, "x = "+strconv.Itoa(100+n)); ex.Error != nil {
+			t.Fatal(ex.Error)
+		}
+		forks = append(forks, f)
+	}
+	for n, f := range forks {
+		if ex := runOut(t, f, "x"); ex.Text() != strconv.Itoa(100+n) {
+			t.Fatalf("fork %d: x = %q, want its own %d: the forks share state", n, ex.Text(), 100+n)
+		}
+	}
+	if ex := runOut(t, sb, "x"); ex.Text() != "0" {
+		t.Fatalf("the original: x = %q, want 0", ex.Text())
+	}
+}
+
+func sandboxToken(t *testing.T, id string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(local.SandboxDir(runtimeDir(t), id), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Token string `json:"token"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil || r.Token == "" {
+		t.Fatalf("token of %s: %v", id, err)
+	}
+	return r.Token
+}
+
+// agentStatus is the status of GET /contexts on sandbox id's agent socket
+// with token.
+func agentStatus(t *testing.T, id, token string) int {
+	t.Helper()
+	sock := filepath.Join(local.SandboxDir(runtimeDir(t), id), "agent.sock")
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	defer c.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", "http://sandbox/contexts", nil)
+	req.Header.Set("X-Access-Token", token)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

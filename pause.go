@@ -57,3 +57,19 @@ func pauseRefusal(variant string) string {
 	}
 	return "this variant has no checkpoint; use the local variant with isolation gvisor"
 }
+
+// Snapshot keeps the sandbox's whole state under name (the sandbox is
+// paused for as long as it takes, then runs on). Create with
+// Config.Snapshot = name starts a new sandbox from it, as many times as
+// wanted: a fork. Local variant, isolation gvisor and network none only;
+// ErrNotSupported with the reason elsewhere.
+func (s *Sandbox) Snapshot(ctx context.Context, name string) error {
+	if _, err := s.conn(); err != nil {
+		return err
+	}
+	p, ok := s.inst.(driver.Snapshotter)
+	if !ok {
+		return fmt.Errorf("snapshot: %w (%s): %s", ErrNotSupported, s.variant.Name(), pauseRefusal(s.variant.Name()))
+	}
+	return p.Snapshot(ctx, name)
+}

@@ -305,6 +305,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 				s.Close()
 				return fmt.Errorf("listen again after a restore: %w", err)
 			}
+			if q.Identity != nil {
+				// Nothing is served now: the old server and its
+				// connections are closed, the new one not started.
+				if id, tok, ok := q.Identity(); ok {
+					s.cfg.ID, s.cfg.AccessToken = id, tok
+				}
+			}
 			serve(ln)
 			quiesced = true
 		}

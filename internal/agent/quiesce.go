@@ -20,6 +20,10 @@ type Quiesce struct {
 	// Resume asks the agent to serve again; Relisten opens the listener.
 	Resume   <-chan struct{}
 	Relisten func() (net.Listener, error)
+	// Identity, when it answers ok, is a new sandbox id and access token
+	// to serve under from the restore on: a fork of a snapshot is a new
+	// sandbox, and the snapshot's token must not open it.
+	Identity func() (id, token string, ok bool)
 }
 
 // trackingListener remembers every connection it accepted until it is

@@ -1,6 +1,7 @@
 package ctragent
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -26,7 +27,17 @@ const (
 	// a pausable agent's socket and QuiescedFile are.
 	CtlDir       = "ctl"
 	QuiescedFile = "quiesced"
+	// IdentityFile, written by the host before the restore of a fork,
+	// holds the new sandbox's id and token (IdentityFile's JSON is
+	// Identity); the agent reads and removes it.
+	IdentityFile = "identity.json"
 )
+
+// Identity is a forked sandbox's own id and token.
+type Identity struct {
+	ID    string `json:"id"`
+	Token string `json:"token"`
+}
 
 // pauseCtl is a pausable agent's side of the handshake.
 type pauseCtl struct {
@@ -99,6 +110,19 @@ func (p *pauseCtl) quiesce(mode os.FileMode) *agent.Quiesce {
 			old := syscall.Umask(int(^mode & 0o777))
 			defer syscall.Umask(old)
 			return net.Listen("unix", sock)
+		},
+		Identity: func() (string, string, bool) {
+			f := p.path(IdentityFile)
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", "", false
+			}
+			_ = os.Remove(f)
+			var id Identity
+			if json.Unmarshal(b, &id) != nil || id.ID == "" || id.Token == "" {
+				return "", "", false
+			}
+			return id.ID, id.Token, true
 		},
 	}
 }

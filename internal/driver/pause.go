@@ -10,3 +10,9 @@ type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 }
+
+// Snapshotter is an Instance whose state can be kept under a name
+// (Spec.Snapshot then creates sandboxes from it: forks).
+type Snapshotter interface {
+	Snapshot(ctx context.Context, name string) error
+}

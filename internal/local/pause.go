@@ -43,15 +43,18 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
 const (
-	// checkpointDir is where a paused sandbox's checkpoint is, in its
-	// gVisor directory (0700, root's: it holds the sandbox's memory,
-	// its token included).
-	checkpointDir = "checkpoint"
-	pauseResult   = "pause.result"
+	// stateDirEnv overrides the state directory (default
+	// /var/lib/code-sandboxes): checkpoints of paused sandboxes (paused/)
+	// and snapshots (snapshots/), each 0700 and root's: a checkpoint
+	// holds the sandbox's memory, its token included.
+	stateDirEnv = "CODE_SANDBOXES_STATE_DIR"
+	pauseResult = "pause.result"
 	// quiesceWait bounds how long the agent may take to close its socket.
 	quiesceWait = 10 * time.Second
 	// pauseWait bounds a whole pause (a checkpoint writes the sandbox's
@@ -109,8 +112,17 @@ func (g *gvisorSandbox) checkpoint(dir string) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	img := filepath.Join(dir, gvisorDir, checkpointDir)
+	r, err := readRecord(dir)
+	if err != nil {
+		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		return err
+	}
+	img := r.Checkpoint
 	_ = os.RemoveAll(img)
+	if err := ensureStateDir(filepath.Dir(img)); err != nil {
+		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		return err
+	}
 	if err := os.Mkdir(img, 0o700); err != nil {
 		_ = g.runscCmd("kill", g.id, "USR1").Run()
 		return err
@@ -175,11 +187,34 @@ func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) 
 	base := filepath.Join(spec.Dir, gvisorDir)
 	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24],
 		flags: []string{"--network=none", "--host-uds=create"}}
-	_ = g.runscCmd("delete", "--force", g.id).Run() // what the checkpointed one left
+	img := r.Checkpoint
+	if spec.Image != "" {
+		// A fork: a new sandbox directory around the snapshot's image,
+		// and the new id and token for the agent.
+		if g, _, err = prepareGVisor(spec); err != nil {
+			return nil, err
+		}
+		run := filepath.Join(base, "run")
+		_ = os.Remove(filepath.Join(run, ctragent.ConfigFile)) // the restored agent read its own long ago
+		b, _ := json.Marshal(ctragent.Identity{ID: spec.Agent.ID, Token: spec.Agent.Token})
+		f := filepath.Join(run, ctragent.CtlDir, ctragent.IdentityFile)
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(f, isolate.SandboxUID, isolate.SandboxGID); err != nil {
+			return nil, err
+		}
+		img = spec.Image
+	} else {
+		_ = g.runscCmd("delete", "--force", g.id).Run() // what the checkpointed one left
+	}
 	pidFile := filepath.Join(base, "pid")
 	_ = os.Remove(pidFile)
+	if img == "" {
+		return nil, fmt.Errorf("sandbox %s has no checkpoint", r.ID)
+	}
 	restore := g.runscCmd("restore", "--detach", "--bundle", filepath.Join(base, "bundle"),
-		"--image-path", filepath.Join(base, checkpointDir), "--pid-file", pidFile, g.id)
+		"--image-path", img, "--pid-file", pidFile, g.id)
 	restore.Stdout, restore.Stderr = logf, logf
 	if err := restore.Run(); err != nil {
 		return nil, fmt.Errorf("runsc restore: %w", err)
@@ -209,8 +244,35 @@ func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) 
 		return nil, fmt.Errorf("runsc wait: %w", err)
 	}
 	// The checkpoint is spent: the sandbox runs on from here.
-	_ = os.RemoveAll(filepath.Join(base, checkpointDir))
+	removeCheckpoint(&r)
 	return g, nil
+}
+
+// stateDir is where checkpoints live: on disk (the runtime directory is
+// usually a tmpfs, and a pause is meant to free memory).
+func stateDir() string {
+	if d := os.Getenv(stateDirEnv); d != "" {
+		return d
+	}
+	return "/var/lib/code-sandboxes"
+}
+
+func ensureStateDir(dir string) error { return records.EnsureDir(dir, stateDirEnv) }
+
+// checkpointDirOf is where sandbox id's pause writes it.
+func checkpointDirOf(id string) string {
+	return filepath.Join(stateDir(), "paused", dirName(id))
+}
+
+// removeCheckpoint removes a sandbox's checkpoint: only the one its
+// record names and only if it is where checkpointDirOf puts one (a
+// corrupt record must not make us remove another path).
+func removeCheckpoint(r *record) {
+	c := r.Checkpoint
+	if c == "" || filepath.Base(c) != dirName(r.ID) || filepath.Base(filepath.Dir(c)) != "paused" {
+		return
+	}
+	_ = os.RemoveAll(c)
 }
 
 // pausableRecord refuses a pause of what can't pause, with the reason.

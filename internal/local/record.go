@@ -51,6 +51,10 @@ type record struct {
 	// runs; Remaining is what was left of its lifetime when it paused.
 	Paused    bool          `json:"paused,omitempty"`
 	Remaining time.Duration `json:"remaining,omitempty"`
+	// Checkpoint is where a pause writes the sandbox (isolation gvisor):
+	// on disk under the state directory, not in the runtime directory,
+	// which is usually a tmpfs (RAM) (checkpointDirOf).
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 const (

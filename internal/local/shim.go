@@ -47,6 +47,9 @@ type shimSpec struct {
 	// Restore: bring back the paused sandbox in Dir from its checkpoint
 	// (pause.go) instead of starting a new one.
 	Restore bool `json:"restore,omitempty"`
+	// Image, with Restore, is a snapshot's checkpoint to fork: Dir is
+	// then a new sandbox's, with nothing in it yet.
+	Image string `json:"image,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the

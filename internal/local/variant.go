@@ -50,6 +50,14 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
+	if spec.Snapshot != "" {
+		// Everything but the name, tags and lifetime is the snapshot's.
+		rt := runtimeDir(opts.RuntimeDir)
+		if err := ensureRuntimeDir(rt); err != nil {
+			return nil, err
+		}
+		return v.fork(ctx, spec, rt)
+	}
 	if spec.Network == "" {
 		spec.Network = "none"
 	}
@@ -122,6 +130,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	if isolation == IsolationGVisor {
 		ss.Runsc, ss.Exe = runsc, exe
+		ss.Record.Checkpoint = checkpointDirOf(id)
 	}
 	b, _ := json.Marshal(ss)
 
@@ -182,7 +191,7 @@ const defaultPids = 1024
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, stateDirEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
@@ -438,6 +447,7 @@ func cleanupStale(dir string, r *record) {
 	}
 	if r.Isolation == IsolationGVisor {
 		cleanupGVisor(context.Background(), dir, r)
+		removeCheckpoint(r)
 	}
 	removeCgroups(r.Cgroups)
 	_ = os.RemoveAll(dir)
