@@ -311,8 +311,12 @@ func infoOf(r *record) driver.Info {
 	case !r.alive():
 		status = "stopped"
 	}
+	end := r.EndAt
+	if r.Paused {
+		end = time.Now().Add(r.Remaining) // the clock is stopped
+	}
 	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
-		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
+		CreatedAt: r.CreatedAt, EndAt: end, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
 		Environment: r.Environment, BuildID: r.BuildID, Isolation: r.Isolation}
 }
 
