@@ -80,3 +80,12 @@ func (l *trackingListener) closeAll() {
 		_ = c.Close()
 	}
 }
+
+// CloseWrite half-closes, where the connection can (a forwarded port
+// passes the end of one direction on).
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil // as for an unwrapped connection without half-close
+}

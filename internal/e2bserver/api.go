@@ -45,7 +45,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
-	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.sandboxMetrics)
 	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.notSupported("changing a running sandbox's network (choose allowInternetAccess at create)"))
@@ -618,9 +618,22 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // connect answers the Sandbox of a running sandbox (200); like E2B, a timeout
 // only ever extends the sandbox's life, never shortens it.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	e, i, ok := s.find(w, r)
+	e, i, ok := s.findPausable(w, r)
 	if !ok {
 		return
+	}
+	status := http.StatusOK
+	if i.Status == sandboxes.StatusPaused {
+		// E2B: connect resumes a paused sandbox, and says so with 201.
+		if !s.resumeEntry(w, r, e) {
+			return
+		}
+		var err error
+		if i, err = e.inst.Info(r.Context()); err != nil {
+			s.writeExtendError(w, e.id, err)
+			return
+		}
+		status = http.StatusCreated
 	}
 	var req struct {
 		Timeout *int64 `json:"timeout"`
@@ -642,16 +655,24 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	k := caller(r)
 	s.log.Info("connected", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
-	writeJSON(w, http.StatusOK, s.sandboxJSON(e))
+	writeJSON(w, status, s.sandboxJSON(e))
 }
 
-// resume (deprecated) resumes paused sandboxes; ours never are.
+// resume (deprecated in E2B for connect) resumes a paused sandbox: 201
+// and its Sandbox; 409 if it runs.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	e, _, ok := s.find(w, r)
+	e, i, ok := s.findPausable(w, r)
 	if !ok {
 		return
 	}
-	writeError(w, http.StatusConflict, "sandbox %q is already running (sandboxes here are never paused)", e.id)
+	if i.Status != sandboxes.StatusPaused {
+		writeError(w, http.StatusConflict, "sandbox %q is already running", e.id)
+		return
+	}
+	if !s.resumeEntry(w, r, e) {
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(e))
 }
 
 // listV1 is the deprecated GET /sandboxes: every running sandbox, filtered by
