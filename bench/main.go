@@ -223,6 +223,7 @@ func main() {
 	rep.WriteString("\n")
 	netBench(ctx, &rep)
 	gvisorBench(ctx, &rep)
+	pauseBench(ctx, &rep)
 	rep.WriteString("Reproduce: `make bench` (defaults above), or `go run ./bench -scale 500` for the 500-sandbox target.\n")
 	check(os.WriteFile(*out, []byte(rep.String()), 0o644))
 	fmt.Print(rep.String())
