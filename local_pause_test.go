@@ -301,3 +301,58 @@ func agentStatus(t *testing.T, id, token string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// Code in the sandbox runs as the agent's uid and can send it the pause
+// handshake's signals: quiescing the agent first does not break the
+// host's pause, and the sandbox comes back.
+func TestLocalGVisorPauseAfterHostileQuiesce(t *testing.T) {
+	requireGVisor(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	// The agent closes every connection, this one's included: the call
+	// may end in an error.
+	_, _ = sb.Commands().Run(ctx, "kill -USR2 1; sleep 1")
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatalf("Pause after the sandbox quiesced its own agent: %v", err)
+	}
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+		t.Fatalf("x + 2 = %q (%v)", ex.Text(), ex.Error)
+	}
+}
+
+// A resume on a host without what it needs is refused with the reason,
+// and the sandbox stays paused (its checkpoint kept).
+func TestLocalGVisorResumeRefused(t *testing.T) {
+	requireGVisor(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CODE_SANDBOXES_RUNSC", "/nonexistent/runsc")
+	err := sb.Resume(ctx)
+	if !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "runsc") {
+		t.Fatalf("Resume without runsc: %v, want ErrNotSupported naming runsc", err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Status != sandboxes.StatusPaused {
+		t.Fatalf("after a refused resume: %q (%v), want paused", info.Status, err)
+	}
+	os.Unsetenv("CODE_SANDBOXES_RUNSC")
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ex := runOut(t, sb, "x + 2"); ex.Text() != "42" {
+		t.Fatalf("x + 2 = %q", ex.Text())
+	}
+}

@@ -291,14 +291,22 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			tl.closeAll()
 			<-errc // http.ErrServerClosed
 			q.Done()
-			select {
-			case <-ctx.Done():
-				s.Close()
-				return nil
-			case <-s.expired:
-				s.Close()
-				return nil
-			case <-q.Resume:
+		waitResume:
+			for {
+				select {
+				case <-ctx.Done():
+					s.Close()
+					return nil
+				case <-s.expired:
+					s.Close()
+					return nil
+				case <-q.Request:
+					// Asked again (the sandbox's code may have quiesced us
+					// before the host did): still quiesced, say so again.
+					q.Done()
+				case <-q.Resume:
+					break waitResume
+				}
 			}
 			ln, err := q.Relisten()
 			if err != nil {
