@@ -37,6 +37,9 @@ func dockerGVisorConfig(t *testing.T) sandboxes.Config {
 func TestDockerGVisorKernel(t *testing.T) {
 	cfg := dockerGVisorConfig(t)
 	sb := newDocker(t, func(c *sandboxes.Config) { *c = cfg })
+	if info, err := sb.Info(ctxT(t)); err != nil || info.Isolation != "gvisor" {
+		t.Errorf("Info: isolation %q (%v), want gvisor", info.Isolation, err)
+	}
 	res, err := sb.Commands().Run(ctxT(t), "uname -r; cat /proc/version; id -u")
 	if err != nil {
 		t.Fatal(err)

@@ -2,16 +2,19 @@ package sandboxes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
@@ -93,6 +96,11 @@ func TestLocalGVisorRefusedWithoutRunsc(t *testing.T) {
 	if !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "runsc") {
 		t.Fatalf("Create without runsc: %v, want ErrNotSupported naming runsc", err)
 	}
+	// A variant without the level refuses it before doing anything.
+	e2b := sandboxes.Config{Variant: "e2b", Isolation: sandboxes.IsolationGVisor}
+	if _, err := sandboxes.Create(context.Background(), e2b); !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), `no isolation level "gvisor"`) {
+		t.Fatalf("e2b with isolation gvisor: %v, want ErrNotSupported", err)
+	}
 	cfg := gvisorConfig(t)
 	cfg.Isolation = "vm"
 	if _, err := sandboxes.Create(context.Background(), cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
@@ -149,4 +157,61 @@ func TestLocalGVisorEnvironment(t *testing.T) {
 		t.Fatalf("in the sandbox: %q (error %v), want %d entries in /usr/bin and gVisor's 4.4.0", got, ex.Error, len(want))
 	}
 	sandboxestest.Run(t, cfg, sandboxestest.Options{Rich: true})
+}
+
+// TestLocalGVisorStaleCleaned: a gVisor sandbox whose supervisor died
+// (SIGKILL) is ended by Sweep: gVisor's sandbox process, its cgroups and
+// its directory go.
+func TestLocalGVisorStaleCleaned(t *testing.T) {
+	requireGVisor(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	dir := local.SandboxDir(runtimeDir(t), sb.ID())
+	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		ShimPid  int      `json:"shim_pid"`
+		AgentPid int      `json:"agent_pid"`
+		Cgroups  []string `json:"cgroups"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Cgroups) == 0 {
+		t.Fatal("no cgroups recorded for the gVisor sandbox")
+	}
+	if err := syscall.Kill(rec.ShimPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// Until the supervisor is reaped (by this process, its creator): a
+	// zombie still looks alive to the sweep.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", rec.ShimPid)); err != nil {
+			break
+		}
+	}
+	if syscall.Kill(rec.AgentPid, 0) != nil {
+		t.Fatal("gVisor's sandbox ended with its supervisor: this test could not see the sweep end it")
+	}
+	if n, err := sandboxes.Sweep(context.Background(), localConfig(t)); err != nil || n < 1 {
+		t.Fatalf("Sweep: %d %v", n, err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("its directory is still there: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(rec.AgentPid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if syscall.Kill(rec.AgentPid, 0) == nil {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rec.AgentPid)); !strings.Contains(string(st), ") Z ") {
+			t.Errorf("gVisor's sandbox process (pid %d) still runs", rec.AgentPid)
+		}
+	}
+	for _, d := range rec.Cgroups {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup %s left behind", d)
+		}
+	}
 }

@@ -342,8 +342,12 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if spec.Isolation != "" && !slices.Contains(v.Capabilities().Isolations, spec.Isolation) {
-		return nil, fmt.Errorf("%w: the %s variant has no isolation level %q (levels: namespaces%s)", ErrNotSupported, spec.Variant, spec.Isolation, strings.Join(append([]string{""}, v.Capabilities().Isolations...), ", "))
+	if levels := v.Capabilities().Isolations; spec.Isolation != "" && !slices.Contains(levels, spec.Isolation) {
+		has := "only its own default"
+		if len(levels) > 0 {
+			has = "the default and " + strings.Join(levels, ", ")
+		}
+		return nil, fmt.Errorf("%w: the %s variant has no isolation level %q (it has %s)", ErrNotSupported, spec.Variant, spec.Isolation, has)
 	}
 	inst, err := v.Create(ctx, spec)
 	if err != nil {

@@ -48,6 +48,8 @@ const (
 	labelMemory    = "code-sandboxes.memory"
 	labelCPUs      = "code-sandboxes.cpus"
 	labelPids      = "code-sandboxes.pids"
+	// labelIsolation is set for a level other than the default (gvisor).
+	labelIsolation = "code-sandboxes.isolation"
 )
 
 const (
@@ -462,6 +464,9 @@ func containerConfig(ls launchSpec) *container.Config {
 	if m := spec.Memory(); m > 0 {
 		labels[labelMemory] = strconv.FormatInt(m, 10)
 	}
+	if spec.Isolation == isolationGVisor {
+		labels[labelIsolation] = isolationGVisor
+	}
 	if spec.CPUs > 0 {
 		labels[labelCPUs] = strconv.FormatFloat(spec.CPUs, 'g', -1, 64)
 	}
@@ -705,7 +710,7 @@ func infoOf(labels map[string]string, state string, created time.Time, r *record
 	cpus, _ := strconv.ParseFloat(labels[labelCPUs], 64)
 	return driver.Info{ID: labels[labelID], Variant: "docker", Name: labels[labelName], Tags: tags, Status: status,
 		CreatedAt: created, EndAt: endOf(labels, r), Memory: mem, CPUs: cpus, Network: labels[labelNetwork],
-		Environment: labels[labelEnv], BuildID: labels[labelEnvBuild]}
+		Environment: labels[labelEnv], BuildID: labels[labelEnvBuild], Isolation: labels[labelIsolation]}
 }
 
 // sweep removes containers past their end (plus grace) or no longer

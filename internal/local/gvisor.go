@@ -518,8 +518,10 @@ func (g *gvisorSandbox) destroy() {
 // cleanupGVisor is cleanupStale's part for a gVisor sandbox whose
 // supervisor died: runsc deletes what it can find in the state directory.
 func cleanupGVisor(ctx context.Context, dir string, r *record) {
-	runsc := r.Runsc
-	if runsc == "" {
+	// The runsc found now, not the record's path: a record is data, never
+	// a program to run as root.
+	runsc, err := findRunsc()
+	if err != nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -44,7 +44,8 @@ type record struct {
 	Environment string `json:"environment,omitempty"`
 	BuildID     string `json:"build_id,omitempty"`
 	// Isolation is "" (namespaces) or "gvisor"; Runsc is then the runsc
-	// that runs it (a dead supervisor's sandbox is deleted with it).
+	// that runs it (for people reading the record: a dead supervisor's
+	// sandbox is deleted with the runsc found at that time).
 	Isolation string `json:"isolation,omitempty"`
 	Runsc     string `json:"runsc,omitempty"`
 	// Paused: the sandbox is a checkpoint on disk (pause.go), no process
