@@ -346,14 +346,16 @@ func (i *instance) Resume(ctx context.Context) error {
 		}
 		return fmt.Errorf("sandbox %s: %w (it expired or was killed)", i.id, sberr.ErrNotFound)
 	}
-	if _, err := checkGVisor(); err != nil {
+	// The runsc found now, not a path from the record.
+	runsc, err := checkGVisor()
+	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", i.id, err)
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	ss := shimSpec{Dir: i.dir(), Record: *r, Runsc: r.Runsc, Exe: exe, Restore: true}
+	ss := shimSpec{Dir: i.dir(), Record: *r, Runsc: runsc, Exe: exe, Restore: true}
 	if err := startShim(ctx, exe, ss); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w (it stays paused)", i.id, err)
 	}
