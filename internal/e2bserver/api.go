@@ -444,7 +444,7 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 	var out []sandboxes.Info
 	live := map[string]bool{}
 	for _, i := range infos {
-		if _, ok := i.Tags[tagTemplate]; ok && i.Status == "running" {
+		if _, ok := i.Tags[tagTemplate]; ok && (i.Status == "running" || i.Status == sandboxes.StatusPaused) {
 			live[i.ID] = true
 			if s.lookup(i.ID, team) != nil {
 				out = append(out, i)
@@ -471,6 +471,11 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) (*entry, sandboxes
 		i, err := e.inst.Info(r.Context())
 		if err == nil && i.Status == "running" {
 			return e, i, true
+		}
+		if err == nil && i.Status == sandboxes.StatusPaused {
+			// Kept: a paused sandbox is not gone.
+			writeError(w, http.StatusConflict, "sandbox %q is paused; resume it first (POST /sandboxes/%s/connect or /resume)", id, id)
+			return nil, sandboxes.Info{}, false
 		}
 		if err != nil && !errors.Is(err, sandboxes.ErrNotFound) && !errors.Is(err, sandboxes.ErrUnavailable) {
 			writeError(w, http.StatusInternalServerError, "reading sandbox %s: %v", id, err)
@@ -517,11 +522,15 @@ func listed(i sandboxes.Info) listedSandbox {
 		mem = i.Memory >> 20
 	}
 	t := i.Tags[tagTemplate]
+	state := "running"
+	if i.Status == sandboxes.StatusPaused {
+		state = "paused"
+	}
 	return listedSandbox{TemplateID: t, SandboxID: i.ID, ClientID: clientID, Alias: t,
 		StartedAt: i.CreatedAt.UTC(), EndAt: i.EndAt.UTC(), CPUCount: cpus, MemoryMB: mem,
 		// The sandbox's writable space: tmpfs /home/user, /files and /tmp.
 		DiskSizeMB: (isolate.DefaultHomeSize + isolate.DefaultFilesSize + isolate.DefaultTmpSize) >> 20,
-		State:      "running", EnvdVersion: EnvdVersion, Metadata: metadataOf(i), VolumeMounts: []any{}}
+		State:      state, EnvdVersion: EnvdVersion, Metadata: metadataOf(i), VolumeMounts: []any{}}
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -766,15 +775,16 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	wantRunning := true
+	wantRunning, wantPaused := true, true // no state: every one
 	if states := q["state"]; len(states) > 0 {
-		wantRunning = false
+		wantRunning, wantPaused = false, false
 		for _, st := range states {
 			for p := range strings.SplitSeq(st, ",") {
 				switch strings.TrimSpace(p) {
 				case "running":
 					wantRunning = true
 				case "paused":
+					wantPaused = true
 				default:
 					writeError(w, http.StatusBadRequest, "state %q is unknown; use running or paused", p)
 					return
@@ -819,13 +829,16 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	template := q.Get("template")
 
 	out := []listedSandbox{}
-	if wantRunning {
+	if wantRunning || wantPaused {
 		infos, err := s.ours(r.Context(), caller(r).Team)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
 			return
 		}
 		for _, i := range infos {
+			if paused := i.Status == sandboxes.StatusPaused; (paused && !wantPaused) || (!paused && !wantRunning) {
+				continue
+			}
 			if matchMetadata(i, meta) && (template == "" || i.Tags[tagTemplate] == template) && (after.IsZero() || i.CreatedAt.After(after)) {
 				out = append(out, listed(i))
 			}

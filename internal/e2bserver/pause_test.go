@@ -24,7 +24,7 @@ func TestPauseResumeGVisor(t *testing.T) {
 	t.Setenv("CODE_SANDBOXES_STATE_DIR", t.TempDir())
 	s, base := testServer(t, Options{Config: sandboxes.Config{Isolation: sandboxes.IsolationGVisor}})
 	var a sandboxJSON
-	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","timeout":300}`, nil, &a); resp.StatusCode != 201 {
+	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","timeout":90}`, nil, &a); resp.StatusCode != 201 {
 		t.Fatalf("create: %d", resp.StatusCode)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -48,6 +48,16 @@ func TestPauseResumeGVisor(t *testing.T) {
 		t.Fatalf("pause: %d, want 204", resp.StatusCode)
 	}
 	wantError(t, "POST", u+"/pause", testKey, "", 409, "already paused")
+	// Calls on a running sandbox are refused (and the sandbox kept).
+	wantError(t, "POST", u+"/timeout", testKey, `{"timeout":60}`, 409, "paused")
+	// The paused state in list filters.
+	for q, want := range map[string]int{"state=paused": 1, "state=running": 0, "state=running,paused": 1, "": 1} {
+		var l []listedSandbox
+		call(t, "GET", base+"/v2/sandboxes?"+q, testKey, "", nil, &l)
+		if len(l) != want || (want == 1 && (l[0].SandboxID != a.SandboxID || l[0].State != "paused")) {
+			t.Errorf("list %q while paused: %+v, want %d paused", q, l, want)
+		}
+	}
 	var res sandboxJSON
 	if resp := call(t, "POST", u+"/resume", testKey, `{}`, nil, &res); resp.StatusCode != 201 || res.SandboxID != a.SandboxID || res.EnvdAccessToken != a.EnvdAccessToken {
 		t.Fatalf("resume: %d %+v", resp.StatusCode, res)
