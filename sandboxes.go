@@ -152,6 +152,11 @@ type Config struct {
 	// refuses it with ErrNotSupported and the reason (never a silently
 	// weaker sandbox).
 	Isolation Isolation
+	// Snapshot, when set, creates the sandbox from that snapshot
+	// (Sandbox.Snapshot): a fork with the snapshot's whole state, its own
+	// id and token. The snapshot fixes everything but Name, Tags and
+	// Variant.
+	Snapshot string
 	// Packages are pip-installed at creation (gllm_tools' additional_packages)
 	// from PackageIndex (default: pip's own configuration).
 	Packages     []string
@@ -231,7 +236,7 @@ func (c Config) spec() (driver.Spec, error) {
 		Lifetime: c.MaxLifetime, MemoryBytes: c.Memory, CPUs: c.CPU, Pids: c.Pids, Env: c.Env,
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
 		AllowedHosts: c.AllowedHosts, DeniedHosts: c.DeniedHosts, AllowPrivate: c.AllowPrivate, Packages: c.Packages, PackageIndex: c.PackageIndex,
-		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput, Options: c.Options,
+		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput, Options: c.Options, Snapshot: c.Snapshot,
 	}
 	if s.Variant == "" {
 		s.Variant = "local"

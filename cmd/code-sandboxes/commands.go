@@ -185,7 +185,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd())
-	for _, c := range serverCommands {
+	for _, c := range append(pauseCommands, serverCommands...) {
 		root.AddCommand(c())
 	}
 	return root

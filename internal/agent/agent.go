@@ -59,6 +59,8 @@ type Config struct {
 	// agent serves, as E2B's code-interpreter template does with its Jupyter
 	// kernel: the first RunCode then skips the interpreter's start-up.
 	Prewarm bool
+	// Quiesce, when set, lets the host checkpoint the sandbox (quiesce.go).
+	Quiesce *Quiesce
 }
 
 // Server is one agent.
@@ -254,9 +256,20 @@ func (s *Server) Close() {
 
 // Serve answers on ln until ctx is done or the lifetime expires.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, MaxHeaderBytes: 1 << 20}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	var q Quiesce
+	if s.cfg.Quiesce != nil {
+		q = *s.cfg.Quiesce
+	}
+	var hs *http.Server
+	var errc chan error
+	var tl *trackingListener
+	serve := func(ln net.Listener) {
+		hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 30 * time.Second, MaxHeaderBytes: 1 << 20}
+		errc = make(chan error, 1)
+		tl = newTrackingListener(ln)
+		go func() { errc <- hs.Serve(tl) }()
+	}
+	serve(ln)
 	if s.cfg.Prewarm {
 		go func() {
 			c, err := s.contexts.defaultFor("python", s.cfg.Workdir)
@@ -269,12 +282,52 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 		}()
 	}
-	select {
-	case <-ctx.Done():
-	case <-s.expired:
-	case err := <-errc:
-		s.Close()
-		return err
+	// A quiesce (nil channels without one) goes round again.
+	for quiesced := true; quiesced; {
+		quiesced = false
+		select {
+		case <-ctx.Done():
+		case <-s.expired:
+		case err := <-errc:
+			s.Close()
+			return err
+		case <-q.Request:
+			_ = hs.Close()
+			tl.closeAll()
+			<-errc // http.ErrServerClosed
+			q.Done()
+		waitResume:
+			for {
+				select {
+				case <-ctx.Done():
+					s.Close()
+					return nil
+				case <-s.expired:
+					s.Close()
+					return nil
+				case <-q.Request:
+					// Asked again (the sandbox's code may have quiesced us
+					// before the host did): still quiesced, say so again.
+					q.Done()
+				case <-q.Resume:
+					break waitResume
+				}
+			}
+			ln, err := q.Relisten()
+			if err != nil {
+				s.Close()
+				return fmt.Errorf("listen again after a restore: %w", err)
+			}
+			if q.Identity != nil {
+				// Nothing is served now: the old server and its
+				// connections are closed, the new one not started.
+				if id, tok, ok := q.Identity(); ok {
+					s.cfg.ID, s.cfg.AccessToken = id, tok
+				}
+			}
+			serve(ln)
+			quiesced = true
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -65,6 +65,11 @@ type Config struct {
 	// records.DockerUIDs: the contract's uid 1000 and gid 100 map to it
 	// (userns.go). 0 = none (gVisor sandboxes).
 	HostUID int `json:"host_uid,omitempty"`
+	// Pausable puts the socket in CtlDir (the sandbox user's, inside the
+	// root-owned run directory) so that the agent, no longer root, can
+	// close it before a checkpoint and open it again after a restore
+	// (quiesce.go): the local variant under gVisor sets it.
+	Pausable bool `json:"pausable,omitempty"`
 }
 
 func fail(name, format string, a ...any) int {
@@ -93,7 +98,15 @@ func Run(name, runDir string) int {
 	if err := os.Remove(cfgPath); err != nil {
 		return fail(name, "removing %s: %v", cfgPath, err)
 	}
-	sock := filepath.Join(runDir, SocketFile)
+	sockDir := runDir
+	var q *pauseCtl
+	if cfg.Pausable {
+		if q, err = openPauseCtl(runDir); err != nil {
+			return fail(name, "%v", err)
+		}
+		sockDir = q.dir
+	}
+	sock := filepath.Join(sockDir, SocketFile)
 	_ = os.Remove(sock)
 	// The token is the authentication; the mode keeps user code from even
 	// connecting where the host allows (see SocketMode). The directory stays
@@ -124,13 +137,14 @@ func Run(name, runDir string) int {
 	if cfg.HostUID != 0 {
 		return runOuter(name, ln.(*net.UnixListener), cfg)
 	}
-	return serve(name, ln, cfg)
+	return serve(name, ln, cfg, q, mode)
 }
 
 // serve drops to the sandbox user for good, then serves: the agent of a
 // container without a host uid of its own (Run), or the agent proper in the
-// sandbox's user namespace (RunInner).
-func serve(name string, ln net.Listener, cfg Config) int {
+// sandbox's user namespace (RunInner). q (nil unless cfg.Pausable) and mode
+// are for closing and reopening the socket around a checkpoint.
+func serve(name string, ln net.Listener, cfg Config, q *pauseCtl, mode os.FileMode) int {
 	if err := DropPrivileges(); err != nil {
 		return fail(name, "dropping privileges: %v", err)
 	}
@@ -165,6 +179,7 @@ func serve(name string, ln net.Listener, cfg Config) int {
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
+		Quiesce: q.quiesce(mode),
 	})
 	// Returning ends the container (we are its init), which the engine then
 	// removes (AutoRemove): that is how the lifetime ends a sandbox.

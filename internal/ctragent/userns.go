@@ -162,7 +162,7 @@ func RunInner(name string) int {
 	if err := mountProc(); err != nil {
 		return fail(name, "mounting the sandbox's /proc: %v", err)
 	}
-	return serve(name, ln, cfg)
+	return serve(name, ln, cfg, nil, 0)
 }
 
 // The engine's masks, which it can't apply here (sysMaskedPaths aside): a

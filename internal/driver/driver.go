@@ -51,6 +51,8 @@ func (s Spec) PidsLimit(def int64) int64 {
 }
 
 type Spec struct {
+	// Snapshot, when set, creates the sandbox from that snapshot (a fork).
+	Snapshot    string
 	Variant     string
 	Name        string
 	Tags        map[string]string

@@ -45,7 +45,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	mux.HandleFunc("POST /sandboxes/{id}/resume", s.resume)
-	mux.HandleFunc("POST /sandboxes/{id}/pause", s.notSupported("pausing a sandbox (the local variant cannot snapshot a running sandbox; extend it with setTimeout, or kill it)"))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.sandboxMetrics)
 	mux.HandleFunc("GET /sandboxes/{id}/logs", s.sandboxLogs)
 	mux.HandleFunc("GET /v2/sandboxes/{id}/logs", s.sandboxLogs)
@@ -565,7 +565,7 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 	var out []sandboxes.Info
 	live := map[string]bool{}
 	for _, i := range infos {
-		if _, ok := i.Tags[tagTemplate]; ok && i.Status == "running" {
+		if _, ok := i.Tags[tagTemplate]; ok && (i.Status == "running" || i.Status == sandboxes.StatusPaused) {
 			live[i.ID] = true
 			if s.lookup(i.ID, team) != nil {
 				out = append(out, i)
@@ -592,6 +592,11 @@ func (s *Server) find(w http.ResponseWriter, r *http.Request) (*entry, sandboxes
 		i, err := e.inst.Info(r.Context())
 		if err == nil && i.Status == "running" {
 			return e, i, true
+		}
+		if err == nil && i.Status == sandboxes.StatusPaused {
+			// Kept: a paused sandbox is not gone.
+			writeError(w, http.StatusConflict, "sandbox %q is paused; resume it first (POST /sandboxes/%s/connect or /resume)", id, id)
+			return nil, sandboxes.Info{}, false
 		}
 		if errors.Is(err, sandboxes.ErrUnavailable) {
 			// Possibly passing (the engine or API server not answering): the
@@ -645,11 +650,15 @@ func listed(i sandboxes.Info) listedSandbox {
 		mem = i.Memory >> 20
 	}
 	t := i.Tags[tagTemplate]
+	state := "running"
+	if i.Status == sandboxes.StatusPaused {
+		state = "paused"
+	}
 	return listedSandbox{TemplateID: t, SandboxID: i.ID, ClientID: clientID, Alias: t,
 		StartedAt: i.CreatedAt.UTC(), EndAt: i.EndAt.UTC(), CPUCount: cpus, MemoryMB: mem,
 		// The sandbox's writable space: tmpfs /home/user, /files and /tmp.
 		DiskSizeMB: (isolate.DefaultHomeSize + isolate.DefaultFilesSize + isolate.DefaultTmpSize) >> 20,
-		State:      "running", EnvdVersion: EnvdVersion, Metadata: metadataOf(i), VolumeMounts: []any{}}
+		State:      state, EnvdVersion: EnvdVersion, Metadata: metadataOf(i), VolumeMounts: []any{}}
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
@@ -752,9 +761,22 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // connect answers the Sandbox of a running sandbox (200); like E2B, a timeout
 // only ever extends the sandbox's life, never shortens it.
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	e, i, ok := s.find(w, r)
+	e, i, ok := s.findPausable(w, r)
 	if !ok {
 		return
+	}
+	status := http.StatusOK
+	if i.Status == sandboxes.StatusPaused {
+		// E2B: connect resumes a paused sandbox, and says so with 201.
+		if !s.resumeEntry(w, r, e) {
+			return
+		}
+		var err error
+		if i, err = e.inst.Info(r.Context()); err != nil {
+			s.writeExtendError(w, e.id, err)
+			return
+		}
+		status = http.StatusCreated
 	}
 	var req struct {
 		Timeout *int64 `json:"timeout"`
@@ -776,16 +798,24 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	k := caller(r)
 	s.log.Info("connected", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
-	writeJSON(w, http.StatusOK, s.sandboxJSON(e))
+	writeJSON(w, status, s.sandboxJSON(e))
 }
 
-// resume (deprecated) resumes paused sandboxes; ours never are.
+// resume (deprecated in E2B for connect) resumes a paused sandbox: 201
+// and its Sandbox; 409 if it runs.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
-	e, _, ok := s.find(w, r)
+	e, i, ok := s.findPausable(w, r)
 	if !ok {
 		return
 	}
-	writeError(w, http.StatusConflict, "sandbox %q is already running (sandboxes here are never paused)", e.id)
+	if i.Status != sandboxes.StatusPaused {
+		writeError(w, http.StatusConflict, "sandbox %q is already running", e.id)
+		return
+	}
+	if !s.resumeEntry(w, r, e) {
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.sandboxJSON(e))
 }
 
 // listV1 is the deprecated GET /sandboxes: every running sandbox, filtered by
@@ -879,15 +909,16 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	wantRunning := true
+	wantRunning, wantPaused := true, true // no state: every one
 	if states := q["state"]; len(states) > 0 {
-		wantRunning = false
+		wantRunning, wantPaused = false, false
 		for _, st := range states {
 			for p := range strings.SplitSeq(st, ",") {
 				switch strings.TrimSpace(p) {
 				case "running":
 					wantRunning = true
 				case "paused":
+					wantPaused = true
 				default:
 					writeError(w, http.StatusBadRequest, "state %q is unknown; use running or paused", p)
 					return
@@ -932,13 +963,16 @@ func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
 	template := q.Get("template")
 
 	out := []listedSandbox{}
-	if wantRunning {
+	if wantRunning || wantPaused {
 		infos, err := s.ours(r.Context(), caller(r).Team)
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "listing sandboxes: %v", err)
 			return
 		}
 		for _, i := range infos {
+			if paused := i.Status == sandboxes.StatusPaused; (paused && !wantPaused) || (!paused && !wantRunning) {
+				continue
+			}
 			if matchMetadata(i, meta) && (template == "" || i.Tags[tagTemplate] == template) && (after.IsZero() || i.CreatedAt.After(after)) {
 				out = append(out, listed(i))
 			}

@@ -270,7 +270,7 @@ func TestSandboxLifecycleHTTP(t *testing.T) {
 	}
 
 	// Pause is refused plainly; connect returns the token and extends only.
-	wantError(t, "POST", base+"/sandboxes/"+a.SandboxID+"/pause", testKey, `{}`, 501, "not supported")
+	wantError(t, "POST", base+"/sandboxes/"+a.SandboxID+"/pause", testKey, `{}`, 501, "gvisor")
 	var conn sandboxJSON
 	if resp := call(t, "POST", base+"/v2/sandboxes/"+a.SandboxID+"/connect", testKey, `{"timeout":10}`, nil, &conn); resp.StatusCode != 200 || conn.EnvdAccessToken != a.EnvdAccessToken {
 		t.Errorf("connect: %d %+v", resp.StatusCode, conn)

@@ -104,6 +104,8 @@ type gvisorSandbox struct {
 	waitCmd  *exec.Cmd
 	waitOnce sync.Once
 	waitErr  error
+	// pause is set by a successful checkpoint (pause.go).
+	pause pauseState
 }
 
 // runscCmd is one runsc command on this sandbox's state directory.
@@ -121,50 +123,11 @@ func (g *gvisorSandbox) runscCmd(args ...string) *exec.Cmd {
 // tun0 (network all and allowlist; nil otherwise).
 func startGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) error) (_ *gvisorSandbox, err error) {
 	r := spec.Record
+	g, bundle, err := prepareGVisor(spec)
+	if err != nil {
+		return nil, err
+	}
 	base := filepath.Join(spec.Dir, gvisorDir)
-	bundle := filepath.Join(base, "bundle")
-	rootfs := filepath.Join(bundle, "rootfs")
-	run := filepath.Join(base, "run")
-	etc := filepath.Join(base, "etc")
-	for _, d := range []string{base, bundle, rootfs, run, etc, filepath.Join(base, "state")} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			return nil, err
-		}
-	}
-	// The root and the files bound into it must be readable by the
-	// sandbox's user; run stays 0700 root (the agent's socket and config).
-	for _, d := range []string{base, bundle, rootfs, etc} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
-	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24]}
-
-	acfg := ctragent.Config{ID: spec.Agent.ID, Token: spec.Agent.Token, Python: spec.Agent.Python, Workdir: spec.Agent.Workdir,
-		Env: spec.Agent.Env, Lifetime: spec.Agent.Lifetime, IdleTimeout: spec.Agent.IdleTimeout, NoPrewarm: spec.Agent.NoPrewarm,
-		// The host side is root: code in the sandbox can't even connect.
-		SocketMode: 0o600}
-	b, _ := json.Marshal(acfg)
-	if err := os.WriteFile(filepath.Join(run, ctragent.ConfigFile), b, 0o600); err != nil {
-		return nil, err
-	}
-	oci, err := gvisorSpec(spec, rootfs, run, etc)
-	if err != nil {
-		return nil, err
-	}
-	b, err = json.MarshalIndent(oci, "", " ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
-		return nil, err
-	}
-
-	network := "none"
-	if r.Network != "none" {
-		network = "host" // in the namespace of its own that tun0 is attached to
-	}
-	g.flags = []string{"--network=" + network, "--host-uds=create"}
 	pidFile := filepath.Join(base, "pid")
 	create := g.runscCmd("create", "--bundle", bundle, "--pid-file", pidFile, g.id)
 	// The agent's output (its stdio is runsc create's) goes to agent.log.
@@ -208,6 +171,71 @@ func startGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) er
 	return g, nil
 }
 
+// prepareGVisor writes the sandbox's OCI bundle and the agent's run
+// directory; it returns the sandbox to create (or restore) and its bundle.
+func prepareGVisor(spec shimSpec) (_ *gvisorSandbox, bundle string, err error) {
+	r := spec.Record
+	base := filepath.Join(spec.Dir, gvisorDir)
+	bundle = filepath.Join(base, "bundle")
+	rootfs := filepath.Join(bundle, "rootfs")
+	run := filepath.Join(base, "run")
+	etc := filepath.Join(base, "etc")
+	for _, d := range []string{base, bundle, rootfs, run, etc, filepath.Join(base, "state")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return nil, "", err
+		}
+	}
+	// The root and the files bound into it must be readable by the
+	// sandbox's user; run stays 0700 root (the agent's socket and config).
+	for _, d := range []string{base, bundle, rootfs, etc} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return nil, "", err
+		}
+	}
+	// The agent's socket directory: the sandbox user's (the agent, no
+	// longer root, opens its socket there again after a restore) and
+	// group root's (the agent first binds it as uid 0 without
+	// CAP_DAC_OVERRIDE), inside run, which is root's alone.
+	ctl := filepath.Join(run, ctragent.CtlDir)
+	if err := os.Mkdir(ctl, 0o770); err != nil {
+		return nil, "", err
+	}
+	if err := os.Chown(ctl, isolate.SandboxUID, 0); err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(ctl, 0o770); err != nil {
+		return nil, "", err
+	}
+	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24]}
+
+	acfg := ctragent.Config{ID: spec.Agent.ID, Token: spec.Agent.Token, Python: spec.Agent.Python, Workdir: spec.Agent.Workdir,
+		Env: spec.Agent.Env, Lifetime: spec.Agent.Lifetime, IdleTimeout: spec.Agent.IdleTimeout, NoPrewarm: spec.Agent.NoPrewarm,
+		// The host side is root: code in the sandbox can't even connect.
+		SocketMode: 0o600, Pausable: true}
+	b, _ := json.Marshal(acfg)
+	if err := os.WriteFile(filepath.Join(run, ctragent.ConfigFile), b, 0o600); err != nil {
+		return nil, "", err
+	}
+	oci, err := gvisorSpec(spec, rootfs, run, etc)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err = json.MarshalIndent(oci, "", " ")
+	if err != nil {
+		return nil, "", err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+		return nil, "", err
+	}
+
+	network := "none"
+	if r.Network != "none" {
+		network = "host" // in the namespace of its own that tun0 is attached to
+	}
+	g.flags = []string{"--network=" + network, "--host-uds=create"}
+	return g, bundle, nil
+}
+
 // runGVisorShim is runShim for isolation gvisor.
 func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int) int {
 	dir := spec.Dir
@@ -218,7 +246,11 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 	}
 	defer logf.Close()
 	var netw *egress.Stack
-	g, err := startGVisor(spec, logf, func(tun *os.File) error {
+	start := startGVisor
+	if spec.Restore {
+		start = restoreGVisor
+	}
+	g, err := start(spec, logf, func(tun *os.File) error {
 		if tun == nil {
 			return nil
 		}
@@ -240,15 +272,26 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 		defer netw.Close()
 	}
 	// The host reaches the agent where a namespaces sandbox's socket is.
-	if err := os.Symlink(filepath.Join(gvisorDir, "run", ctragent.SocketFile), filepath.Join(dir, socketFile)); err != nil {
+	if err := os.Symlink(filepath.Join(gvisorDir, "run", ctragent.CtlDir, ctragent.SocketFile), filepath.Join(dir, socketFile)); err != nil && !spec.Restore {
 		_ = g.Kill()
 		_ = g.Cleanup()
 		return fail(err)
+	}
+	if !spec.Restore || spec.Image != "" {
+		// What a snapshot of this sandbox needs to fork it (snapshot.go).
+		keep := spec
+		keep.Restore, keep.Image = false, ""
+		b, _ := json.Marshal(keep)
+		_ = os.WriteFile(filepath.Join(dir, gvisorDir, specFile), b, 0o600)
 	}
 	r.ShimPid = os.Getpid()
 	r.ShimStart = procStart(os.Getpid())
 	r.AgentPid = g.pid
 	r.Cgroups = g.cgroups
+	if r.Paused {
+		// The lifetime clock ran only while the sandbox did.
+		r.Paused, r.EndAt, r.Remaining = false, time.Now().Add(r.Remaining), 0
+	}
 	if err := writeRecord(dir, &r); err != nil {
 		_ = g.Kill()
 		_ = g.Cleanup()

@@ -52,6 +52,14 @@ type record struct {
 	// Pool marks a warm-pool sandbox not yet handed out: nobody's, so
 	// List, Connect and Kill by id don't see it.
 	Pool bool `json:"pool,omitempty"`
+	// Paused: the sandbox is a checkpoint on disk (pause.go), no process
+	// runs; Remaining is what was left of its lifetime when it paused.
+	Paused    bool          `json:"paused,omitempty"`
+	Remaining time.Duration `json:"remaining,omitempty"`
+	// Checkpoint is where a pause writes the sandbox (isolation gvisor):
+	// on disk under the state directory, not in the runtime directory,
+	// which is usually a tmpfs (RAM) (checkpointDirOf).
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 const (

@@ -49,6 +49,12 @@ type shimSpec struct {
 	// KernelBytecode is the file of the kernel's compiled bytecode for the
 	// sandbox's interpreter ("" = none; see bytecode.go).
 	KernelBytecode string `json:"kernel_bytecode,omitempty"`
+	// Restore: bring back the paused sandbox in Dir from its checkpoint
+	// (pause.go) instead of starting a new one.
+	Restore bool `json:"restore,omitempty"`
+	// Image, with Restore, is a snapshot's checkpoint to fork: Dir is
+	// then a new sandbox's, with nothing in it yet.
+	Image string `json:"image,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -127,6 +133,13 @@ func runShim() int {
 		return 1
 	}
 
+	if spec.Restore {
+		// A failed restore keeps the checkpoint: the sandbox stays paused.
+		fail = func(err error) int {
+			report(shimReport{Error: err.Error()})
+			return 1
+		}
+	}
 	if spec.Record.Isolation == IsolationGVisor {
 		return runGVisorShim(spec, report, fail)
 	}
@@ -271,6 +284,10 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	pp, _ := proc.(pausable)
+	if pp != nil {
+		pp.handlePause(dir)
+	}
 	if netw != nil {
 		usr1 := make(chan os.Signal, 1)
 		signal.Notify(usr1, syscall.SIGUSR1)
@@ -330,6 +347,10 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	_ = proc.Kill() // whatever is left in the cgroup
 	_ = proc.Cleanup()
 	closeAll()
+	if pp != nil && pp.pausedOK() {
+		pp.finishPause(dir)
+		return 0
+	}
 	_ = os.RemoveAll(dir)
 	return 0
 }

@@ -54,6 +54,14 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
+	if spec.Snapshot != "" {
+		// Everything but the name, tags and lifetime is the snapshot's.
+		rt := runtimeDir(opts.RuntimeDir)
+		if err := ensureRuntimeDir(rt); err != nil {
+			return nil, err
+		}
+		return v.fork(ctx, spec, rt)
+	}
 	if spec.Network == "" {
 		spec.Network = "none"
 	}
@@ -172,6 +180,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	}
 	if isolation == IsolationGVisor {
 		ss.Runsc, ss.Exe = runsc, exe
+		ss.Record.Checkpoint = checkpointDirOf(id)
 	}
 	b, _ := json.Marshal(ss)
 
@@ -240,7 +249,7 @@ const defaultPids = 1024
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env, stateDirEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
@@ -354,11 +363,18 @@ func (i *instance) Info(ctx context.Context) (driver.Info, error) {
 
 func infoOf(r *record) driver.Info {
 	status := "running"
-	if !r.alive() {
+	switch {
+	case r.Paused:
+		status = StatusPaused
+	case !r.alive():
 		status = "stopped"
 	}
+	end := r.EndAt
+	if r.Paused {
+		end = time.Now().Add(r.Remaining) // the clock is stopped
+	}
 	return driver.Info{ID: r.ID, Variant: "local", Name: r.Name, Tags: r.Tags, Status: status,
-		CreatedAt: r.CreatedAt, EndAt: r.EndAt, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
+		CreatedAt: r.CreatedAt, EndAt: end, Memory: r.Memory, CPUs: r.CPUs, Network: r.Network,
 		Environment: r.Environment, BuildID: r.BuildID, Isolation: r.Isolation}
 }
 
@@ -494,6 +510,7 @@ func cleanupStale(dir string, r *record) {
 	}
 	if r.Isolation == IsolationGVisor {
 		cleanupGVisor(context.Background(), dir, r)
+		removeCheckpoint(r)
 	}
 	removeCgroups(r.Cgroups)
 	_ = os.RemoveAll(dir)
@@ -509,6 +526,10 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	r, err := readRecord(filepath.Join(rt, dirName(id)))
 	if err == nil && r.ID != id {
 		err = os.ErrNotExist
+	}
+	if err == nil && r.Paused {
+		// A handle on the checkpoint: Resume brings it back.
+		return newInstance(rt, r.ID, r.Token), nil
 	}
 	if err != nil || !r.alive() || r.Pool {
 		return nil, fmt.Errorf("sandbox %s: %w (it expired or was killed)", id, sberr.ErrNotFound)
@@ -542,7 +563,7 @@ func (v Variant) List(ctx context.Context, spec driver.Spec, f driver.Filter) ([
 			continue
 		}
 		r, err := readRecord(filepath.Join(rt, e.Name()))
-		if err != nil || !r.alive() || r.Pool {
+		if err != nil || (!r.alive() && !r.Paused) || r.Pool {
 			continue
 		}
 		if i := infoOf(r); f.Match(i) {
@@ -601,7 +622,7 @@ func sweep(rt string) (int, error) {
 			}
 			continue
 		}
-		if !r.alive() {
+		if !r.alive() && !r.Paused {
 			cleanupStale(dir, r)
 			n++
 		}

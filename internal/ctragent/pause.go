@@ -1,0 +1,128 @@
+package ctragent
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+)
+
+// The pause handshake with the host (the local variant under gVisor): the
+// host sends SIGUSR2 (runsc kill), the agent closes its socket and every
+// connection (gVisor can't checkpoint host sockets) and creates
+// QuiescedFile; after the restore the host sends SIGUSR1 and the agent
+// listens again. Code in the sandbox runs as the agent's uid and can send
+// these signals too: all it gains is an agent that stops answering until
+// the next SIGUSR1, which it could get by killing its own sandbox anyway.
+const (
+	// CtlDir is the sandbox user's directory in the run directory where
+	// a pausable agent's socket and QuiescedFile are.
+	CtlDir       = "ctl"
+	QuiescedFile = "quiesced"
+	// IdentityFile, written by the host before the restore of a fork,
+	// holds the new sandbox's id and token (IdentityFile's JSON is
+	// Identity); the agent reads and removes it.
+	IdentityFile = "identity.json"
+)
+
+// Identity is a forked sandbox's own id and token.
+type Identity struct {
+	ID    string `json:"id"`
+	Token string `json:"token"`
+}
+
+// pauseCtl is a pausable agent's side of the handshake.
+type pauseCtl struct {
+	dir string
+	// fd is CtlDir opened while still root: once the agent is the sandbox
+	// user it can't search the root-owned run directory any more, and
+	// reaches CtlDir through /proc/self/fd/fd instead.
+	fd int
+}
+
+// openPauseCtl opens CtlDir, which the host made the sandbox user's and
+// group root's, 0770 (the agent binds it first as uid 0 and can't chown:
+// it only has SETUID and SETGID); the run directory above it is root's
+// alone, so code in the sandbox, the same uid, can't reach it.
+func openPauseCtl(runDir string) (*pauseCtl, error) {
+	dir := filepath.Join(runDir, CtlDir)
+	fd, err := syscall.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return &pauseCtl{dir: dir, fd: fd}, nil
+}
+
+func (p *pauseCtl) path(name string) string {
+	return "/proc/self/fd/" + strconv.Itoa(p.fd) + "/" + name
+}
+
+// quiesce is the agent's Quiesce for this handshake (nil without one).
+func (p *pauseCtl) quiesce(mode os.FileMode) *agent.Quiesce {
+	if p == nil {
+		return nil
+	}
+	req := make(chan os.Signal, 1)
+	resume := make(chan os.Signal, 1)
+	signal.Notify(req, syscall.SIGUSR2)
+	signal.Notify(resume, syscall.SIGUSR1)
+	reqc := make(chan struct{}, 1)
+	resc := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-req:
+				select {
+				case reqc <- struct{}{}:
+				default:
+				}
+			case <-resume:
+				select {
+				case resc <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return &agent.Quiesce{
+		Request: reqc,
+		Resume:  resc,
+		Done: func() {
+			// A SIGUSR1 sent before this quiesce must not end the next.
+			select {
+			case <-resc:
+			default:
+			}
+			_ = os.WriteFile(p.path(QuiescedFile), []byte("1"), 0o600)
+		},
+		Relisten: func() (net.Listener, error) {
+			_ = os.Remove(p.path(QuiescedFile))
+			sock := p.path(SocketFile)
+			_ = os.Remove(sock)
+			old := syscall.Umask(int(^mode & 0o777))
+			defer syscall.Umask(old)
+			return net.Listen("unix", sock)
+		},
+		Identity: func() (string, string, bool) {
+			f := p.path(IdentityFile)
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", "", false
+			}
+			_ = os.Remove(f)
+			var id Identity
+			if json.Unmarshal(b, &id) != nil || id.ID == "" || id.Token == "" {
+				return "", "", false
+			}
+			return id.ID, id.Token, true
+		},
+	}
+}

@@ -1,0 +1,72 @@
+package e2bserver
+
+import (
+	"errors"
+	"net/http"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+)
+
+// findPausable is find for the calls that also see paused sandboxes
+// (pause, resume, connect).
+func (s *Server) findPausable(w http.ResponseWriter, r *http.Request) (*entry, sandboxes.Info, bool) {
+	id := r.PathValue("id")
+	if e := s.lookup(id, caller(r).Team); e != nil {
+		if i, err := e.inst.Info(r.Context()); err == nil && i.Status == sandboxes.StatusPaused {
+			return e, i, true
+		}
+	}
+	return s.find(w, r)
+}
+
+// pause is E2B's POST /sandboxes/{id}/pause: 204 once the sandbox is a
+// checkpoint on disk, 409 if it already is; 501 with the reason where
+// sandboxes can't pause (serve --isolation gvisor on the local variant
+// can).
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	e, i, ok := s.findPausable(w, r)
+	if !ok {
+		return
+	}
+	if i.Status == sandboxes.StatusPaused {
+		writeError(w, http.StatusConflict, "sandbox %q is already paused", e.id)
+		return
+	}
+	if err := e.sb.Pause(r.Context()); err != nil {
+		switch {
+		case errors.Is(err, sandboxes.ErrNotSupported):
+			writeError(w, http.StatusNotImplemented, "pausing is not supported here: %v (run serve with --isolation gvisor on the local variant)", err)
+		case errors.Is(err, sandboxes.ErrNotFound):
+			s.forget(e.id)
+			writeError(w, http.StatusNotFound, "sandbox %q not found", e.id)
+		default:
+			writeError(w, http.StatusInternalServerError, "pausing sandbox %s: %v", e.id, err)
+		}
+		return
+	}
+	if e.tunnel != nil {
+		e.tunnel.CloseIdleConnections() // the agent closed them
+	}
+	k := caller(r)
+	s.log.Info("paused", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// resumeEntry resumes a paused sandbox; it answers the error itself.
+func (s *Server) resumeEntry(w http.ResponseWriter, r *http.Request, e *entry) bool {
+	if err := e.sb.Resume(r.Context()); err != nil {
+		if errors.Is(err, sandboxes.ErrNotFound) {
+			s.forget(e.id)
+			writeError(w, http.StatusNotFound, "sandbox %q not found", e.id)
+			return false
+		}
+		writeError(w, http.StatusInternalServerError, "resuming sandbox %s: %v", e.id, err)
+		return false
+	}
+	if e.tunnel != nil {
+		e.tunnel.CloseIdleConnections()
+	}
+	k := caller(r)
+	s.log.Info("resumed", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
+	return true
+}

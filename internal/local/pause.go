@@ -1,0 +1,399 @@
+package local
+
+// Pause and resume (isolation gvisor only): the whole gVisor sandbox — the
+// agent, its kernels, every process, their memory and the tmpfs contents —
+// is written to disk by runsc checkpoint, and the sandbox ends; nothing
+// runs while it is paused. Resume is runsc restore of that checkpoint
+// under the same id, in the same directory: the same token works, and the
+// handle reconnects through the same socket path.
+//
+// Why gVisor's checkpoint: CRIU (the only checkpointer for ordinary
+// processes) fails on this project's kernels already at `criu check`; the
+// gVisor Sentry holds the sandbox's whole kernel state in its own memory
+// and serialises it itself.
+//
+// What runsc (Debian's 2022 build) can't save, and how it is handled:
+//   - host sockets: the agent's socket is one (--host-uds=create), so the
+//     agent closes it and every connection before the checkpoint and opens
+//     it again after the restore (ctragent/pause.go, agent/quiesce.go);
+//   - the network of all and allowlist (--network=host: host sockets):
+//     refused with the reason, network none only;
+//   - a failed checkpoint ends the gVisor sandbox, --leave-running or not
+//     (measured): the quiesce above removes the one cause we know of.
+//
+// The handshake between the caller and the shim: the caller removes
+// pauseResult and sends the shim SIGUSR2; the shim quiesces the agent,
+// checkpoints, and writes pauseResult ("ok" or the error). On "ok" the shim
+// has exited and left the directory with a paused record.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+const (
+	// stateDirEnv overrides the state directory (default
+	// /var/lib/code-sandboxes): checkpoints of paused sandboxes (paused/)
+	// and snapshots (snapshots/), each 0700 and root's: a checkpoint
+	// holds the sandbox's memory, its token included.
+	stateDirEnv = "CODE_SANDBOXES_STATE_DIR"
+	pauseResult = "pause.result"
+	// quiesceWait bounds how long the agent may take to close its socket.
+	quiesceWait = 10 * time.Second
+	// pauseWait bounds a whole pause (a checkpoint writes the sandbox's
+	// memory: seconds per GB on a slow disk).
+	pauseWait = 5 * time.Minute
+)
+
+// StatusPaused is Info.Status of a paused sandbox.
+const StatusPaused = "paused"
+
+type pauseState struct {
+	mu sync.Mutex
+	ok bool
+}
+
+// pausable is a supervised sandbox that can pause.
+type pausable interface {
+	handlePause(dir string)
+	pausedOK() bool
+	finishPause(dir string)
+}
+
+// handlePause runs a pause on each SIGUSR2 to the shim.
+func (g *gvisorSandbox) handlePause(dir string) {
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	go func() {
+		for range usr2 {
+			if err := g.checkpoint(dir); err != nil {
+				_ = os.WriteFile(filepath.Join(dir, pauseResult), []byte("error: "+err.Error()), 0o600)
+				continue
+			}
+			return // the sandbox ends; supervise writes the result
+		}
+	}()
+}
+
+// checkpoint quiesces the agent and checkpoints the sandbox, which ends.
+// An error before runsc checkpoint leaves the sandbox running.
+func (g *gvisorSandbox) checkpoint(dir string) error {
+	ctl := filepath.Join(dir, gvisorDir, "run", ctragent.CtlDir)
+	marker := filepath.Join(ctl, ctragent.QuiescedFile)
+	_ = os.Remove(marker)
+	if out, err := g.runscCmd("kill", g.id, "USR2").CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc kill USR2: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	deadline := time.Now().Add(quiesceWait)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = g.runscCmd("kill", g.id, "USR1").Run() // serve again
+			return fmt.Errorf("%w: the agent did not close its socket within %s; the sandbox keeps running", sberr.ErrTimeout, quiesceWait)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	r, err := readRecord(dir)
+	if err != nil {
+		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		return err
+	}
+	img := r.Checkpoint
+	_ = os.RemoveAll(img)
+	if err := ensureStateDir(filepath.Dir(img)); err != nil {
+		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		return err
+	}
+	if err := os.Mkdir(img, 0o700); err != nil {
+		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		return err
+	}
+	g.pause.mu.Lock()
+	defer g.pause.mu.Unlock()
+	out, err := g.runscCmd("checkpoint", "--image-path", img, g.id).CombinedOutput()
+	if err != nil {
+		_ = os.RemoveAll(img)
+		// runsc ends the sandbox on a failed checkpoint; if it still runs,
+		// it serves again.
+		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		return fmt.Errorf("runsc checkpoint: %w: %s", err, firstLine(string(out)))
+	}
+	g.pause.ok = true
+	return nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > 512 {
+		s = s[:512]
+	}
+	return s
+}
+
+func (g *gvisorSandbox) pausedOK() bool {
+	g.pause.mu.Lock()
+	defer g.pause.mu.Unlock()
+	return g.pause.ok
+}
+
+// finishPause records the sandbox as paused once its processes are gone.
+func (g *gvisorSandbox) finishPause(dir string) {
+	r, err := readRecord(dir)
+	if err == nil {
+		r.Paused = true
+		r.Remaining = time.Until(r.EndAt)
+		if r.Remaining < time.Second {
+			r.Remaining = time.Second
+		}
+		r.ShimPid, r.ShimStart, r.AgentPid, r.Cgroups = 0, 0, 0, nil
+		err = writeRecord(dir, r)
+	}
+	res := "ok"
+	if err != nil {
+		res = "error: recording the pause: " + err.Error()
+	}
+	_ = os.WriteFile(filepath.Join(dir, pauseResult), []byte(res), 0o600)
+}
+
+// restoreGVisor is startGVisor for a paused sandbox: runsc restore of its
+// checkpoint, with the bundle it was created with.
+func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) error) (_ *gvisorSandbox, err error) {
+	r := spec.Record
+	if r.Network != "none" {
+		return nil, fmt.Errorf("%w: restoring network %s", sberr.ErrNotSupported, r.Network)
+	}
+	base := filepath.Join(spec.Dir, gvisorDir)
+	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24],
+		flags: []string{"--network=none", "--host-uds=create"}}
+	img := r.Checkpoint
+	if spec.Image != "" {
+		// A fork: a new sandbox directory around the snapshot's image,
+		// and the new id and token for the agent.
+		if g, _, err = prepareGVisor(spec); err != nil {
+			return nil, err
+		}
+		run := filepath.Join(base, "run")
+		_ = os.Remove(filepath.Join(run, ctragent.ConfigFile)) // the restored agent read its own long ago
+		b, _ := json.Marshal(ctragent.Identity{ID: spec.Agent.ID, Token: spec.Agent.Token})
+		f := filepath.Join(run, ctragent.CtlDir, ctragent.IdentityFile)
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			return nil, err
+		}
+		if err := os.Chown(f, isolate.SandboxUID, isolate.SandboxGID); err != nil {
+			return nil, err
+		}
+		img = spec.Image
+	} else {
+		_ = g.runscCmd("delete", "--force", g.id).Run() // what the checkpointed one left
+	}
+	pidFile := filepath.Join(base, "pid")
+	_ = os.Remove(pidFile)
+	if img == "" {
+		return nil, fmt.Errorf("sandbox %s has no checkpoint", r.ID)
+	}
+	restore := g.runscCmd("restore", "--detach", "--bundle", filepath.Join(base, "bundle"),
+		"--image-path", img, "--pid-file", pidFile, g.id)
+	restore.Stdout, restore.Stderr = logf, logf
+	if err := restore.Run(); err != nil {
+		return nil, fmt.Errorf("runsc restore: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			g.destroy()
+		}
+	}()
+	pb, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil, err
+	}
+	if g.pid, err = strconv.Atoi(strings.TrimSpace(string(pb))); err != nil || g.pid <= 0 {
+		return nil, fmt.Errorf("runsc restore: bad pid file %q", pb)
+	}
+	g.cgroups = gvisorCgroups(g.pid)
+	if err := beforeStart(nil); err != nil {
+		return nil, err
+	}
+	// The agent listens again.
+	if out, err := g.runscCmd("kill", g.id, "USR1").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("runsc kill USR1: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	g.waitCmd = g.runscCmd("wait", g.id)
+	if err := g.waitCmd.Start(); err != nil {
+		return nil, fmt.Errorf("runsc wait: %w", err)
+	}
+	// The checkpoint is spent: the sandbox runs on from here.
+	removeCheckpoint(&r)
+	return g, nil
+}
+
+// stateDir is where checkpoints live: on disk (the runtime directory is
+// usually a tmpfs, and a pause is meant to free memory).
+func stateDir() string {
+	if d := os.Getenv(stateDirEnv); d != "" {
+		return d
+	}
+	return "/var/lib/code-sandboxes"
+}
+
+func ensureStateDir(dir string) error { return records.EnsureDir(dir, stateDirEnv) }
+
+// checkpointDirOf is where sandbox id's pause writes it.
+func checkpointDirOf(id string) string {
+	return filepath.Join(stateDir(), "paused", dirName(id))
+}
+
+// removeCheckpoint removes a sandbox's checkpoint: only the one its
+// record names and only if it is where checkpointDirOf puts one (a
+// corrupt record must not make us remove another path).
+func removeCheckpoint(r *record) {
+	c := r.Checkpoint
+	if c == "" || filepath.Base(c) != dirName(r.ID) || filepath.Base(filepath.Dir(c)) != "paused" {
+		return
+	}
+	_ = os.RemoveAll(c)
+}
+
+// pausableRecord refuses a pause of what can't pause, with the reason.
+func pausableRecord(r *record) error {
+	if r.Isolation != IsolationGVisor {
+		return fmt.Errorf("%w: pause needs isolation gvisor (gVisor checkpoints the whole sandbox; CRIU, which isolation namespaces would need, fails on this kernel): create the sandbox with isolation gvisor", sberr.ErrNotSupported)
+	}
+	if r.Network != "none" {
+		return fmt.Errorf("%w: sandbox %s has network %s, whose sockets are the host's (runsc --network=host) and can't be checkpointed by this gVisor; pause needs network none", sberr.ErrNotSupported, r.ID, r.Network)
+	}
+	return nil
+}
+
+// Pause checkpoints the sandbox to disk and ends its processes. If ctx
+// ends first the pause goes on in the supervisor: the sandbox ends up
+// paused or running, never half, and Info says which.
+func (i *instance) Pause(ctx context.Context) error {
+	r, err := i.record()
+	if err != nil {
+		return err
+	}
+	if r.Paused {
+		return nil
+	}
+	if err := pausableRecord(r); err != nil {
+		return err
+	}
+	if !r.alive() {
+		return fmt.Errorf("sandbox %s: %w (it expired or was killed)", i.id, sberr.ErrNotFound)
+	}
+	if err := ctx.Err(); err != nil {
+		return err // not started: the sandbox runs on
+	}
+	res := filepath.Join(i.dir(), pauseResult)
+	_ = os.Remove(res)
+	_ = i.Release() // our connections would only be cut
+	if err := syscall.Kill(r.ShimPid, syscall.SIGUSR2); err != nil {
+		return fmt.Errorf("sandbox %s: signal its supervisor: %w", i.id, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pauseWait)
+	defer cancel()
+	for {
+		if b, err := os.ReadFile(res); err == nil && len(b) > 0 {
+			_ = os.Remove(res)
+			if s := string(b); s != "ok" {
+				return fmt.Errorf("%w: pause sandbox %s: %s", sberr.ErrUnavailable, i.id, strings.TrimPrefix(s, "error: "))
+			}
+			// The shim is gone once it said ok; wait for its record.
+			return nil
+		}
+		if _, err := os.Stat(i.dir()); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: sandbox %s ended during its pause", sberr.ErrNotFound, i.id)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pause sandbox %s: %w (the pause goes on: Info says whether it is paused or running)", i.id, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Resume restores a paused sandbox under the same id.
+func (i *instance) Resume(ctx context.Context) error {
+	r, err := i.record()
+	if err != nil {
+		return err
+	}
+	if !r.Paused {
+		if r.alive() {
+			return nil
+		}
+		return fmt.Errorf("sandbox %s: %w (it expired or was killed)", i.id, sberr.ErrNotFound)
+	}
+	// The runsc found now, not a path from the record.
+	runsc, err := checkGVisor()
+	if err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", i.id, err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	ss := shimSpec{Dir: i.dir(), Record: *r, Runsc: runsc, Exe: exe, Restore: true}
+	if err := startShim(ctx, exe, ss); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w (it stays paused)", i.id, err)
+	}
+	return i.waitHealthy(ctx, 30*time.Second)
+}
+
+// startShim starts a supervisor for ss and waits for its report.
+func startShim(ctx context.Context, exe string, ss shimSpec) error {
+	b, err := json.Marshal(ss)
+	if err != nil {
+		return err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	cmd := exec.Command(exe)
+	cmd.Args = []string{"code-sandboxes-shim", filepath.Base(ss.Dir)}
+	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
+	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		readyW.Close()
+		return fmt.Errorf("start sandbox supervisor: %w", err)
+	}
+	readyW.Close()
+	go func() { _ = cmd.Wait() }()
+	rep, err := readReport(ctx, readyR)
+	if err != nil || !rep.OK {
+		_ = cmd.Process.Kill()
+		if err == nil {
+			err = errors.New(rep.Error)
+		}
+		return err
+	}
+	return nil
+}
+
+// Pauser is implemented by handles whose sandbox can pause.
+var _ driver.Pauser = (*instance)(nil)

@@ -1,0 +1,185 @@
+package local
+
+// Snapshots (isolation gvisor): a snapshot is a paused sandbox's checkpoint
+// kept under a name, with what it takes to build a sandbox around it again
+// (the shim spec, without the id and the token). Create from a snapshot is
+// a fork: a new sandbox (new id, new token: the agent takes them from
+// ctragent.IdentityFile after the restore) with the snapshot's state.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/ids"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+const (
+	snapshotMetaFile = "snapshot.json"
+	// specFile is the shim spec a gVisor sandbox was made with, in its
+	// gVisor directory (root's, 0600: it holds the token), for snapshots.
+	specFile = "spec.json"
+)
+
+var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+type snapshotMeta struct {
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+	From      string    `json:"from"`
+	Spec      shimSpec  `json:"spec"`
+}
+
+func snapshotDir(name string) (string, error) {
+	if !snapshotName.MatchString(name) {
+		return "", fmt.Errorf("%w: snapshot name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", sberr.ErrInvalidConfig, name)
+	}
+	return filepath.Join(stateDir(), "snapshots", name), nil
+}
+
+// Snapshot keeps the sandbox's state under name: it pauses the sandbox,
+// links its checkpoint into the snapshot and resumes it.
+func (i *instance) Snapshot(ctx context.Context, name string) error {
+	sdir, err := snapshotDir(name)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(sdir); err == nil {
+		return fmt.Errorf("%w: snapshot %q exists; delete it first or pick another name", sberr.ErrInvalidConfig, name)
+	}
+	r, err := i.record()
+	if err != nil {
+		return err
+	}
+	if err := pausableRecord(r); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(filepath.Join(i.dir(), gvisorDir, specFile))
+	if err != nil {
+		return fmt.Errorf("%w: sandbox %s was created before snapshots existed: %w", sberr.ErrNotSupported, i.id, err)
+	}
+	var spec shimSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return err
+	}
+	wasPaused := r.Paused
+	if err := i.Pause(ctx); err != nil {
+		return err
+	}
+	err = i.keepSnapshot(name, sdir, spec)
+	if !wasPaused {
+		if rerr := i.Resume(ctx); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+	}
+	return err
+}
+
+func (i *instance) keepSnapshot(name, sdir string, spec shimSpec) error {
+	r, err := i.record()
+	if err != nil {
+		return err
+	}
+	if err := ensureStateDir(filepath.Dir(sdir)); err != nil {
+		return err
+	}
+	tmp := sdir + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(filepath.Join(tmp, "checkpoint"), 0o700); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(r.Checkpoint)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	for _, e := range ents {
+		// A hard link: the resume removes the sandbox's own name only.
+		if err := os.Link(filepath.Join(r.Checkpoint, e.Name()), filepath.Join(tmp, "checkpoint", e.Name())); err != nil {
+			_ = os.RemoveAll(tmp)
+			return fmt.Errorf("keep snapshot %s: %w", name, err)
+		}
+	}
+	// What a fork needs to build a sandbox around the checkpoint; the id
+	// and the token are the fork's own.
+	spec.Dir, spec.Restore, spec.Image = "", false, ""
+	spec.Agent.ID, spec.Agent.Token = "", ""
+	spec.Record.ID, spec.Record.Token, spec.Record.Name, spec.Record.Tags = "", "", "", nil
+	spec.Record.Remaining = r.Remaining
+	b, _ := json.Marshal(snapshotMeta{Name: name, CreatedAt: time.Now(), From: i.id, Spec: spec})
+	if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), b, 0o600); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	return os.Rename(tmp, sdir)
+}
+
+// DeleteSnapshot removes a snapshot.
+func DeleteSnapshot(name string) error {
+	sdir, err := snapshotDir(name)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(sdir); err != nil {
+		return fmt.Errorf("snapshot %q: %w", name, sberr.ErrNotFound)
+	}
+	return os.RemoveAll(sdir)
+}
+
+// fork creates a sandbox from a snapshot.
+func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.Instance, error) {
+	sdir, err := snapshotDir(spec.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(sdir, snapshotMetaFile))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", spec.Snapshot, sberr.ErrNotFound)
+	}
+	var meta snapshotMeta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", spec.Snapshot, err)
+	}
+	runsc, err := checkGVisor()
+	if err != nil {
+		return nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	id := ids.Sandbox('l')
+	dir := filepath.Join(rt, dirName(id))
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create sandbox directory: %w", err)
+	}
+	ss := meta.Spec
+	token := ids.Token(24)
+	ss.Dir, ss.Restore, ss.Image, ss.Runsc, ss.Exe = dir, true, filepath.Join(sdir, "checkpoint"), runsc, exe
+	ss.Agent.ID, ss.Agent.Token = id, token
+	r := &ss.Record
+	r.ID, r.Token, r.Name, r.Tags, r.CreatedAt = id, token, spec.Name, spec.Tags, time.Now()
+	r.Paused, r.Runsc, r.Checkpoint = true, runsc, checkpointDirOf(id)
+	if r.Remaining <= 0 {
+		r.Remaining = spec.Lifetime
+	}
+	if err := startShim(ctx, exe, ss); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
+	}
+	inst := newInstance(rt, id, token)
+	if err := inst.waitHealthy(ctx, 30*time.Second); err != nil {
+		_ = inst.Kill(context.Background())
+		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
+	}
+	return inst, nil
+}
+
+var _ driver.Snapshotter = (*instance)(nil)
