@@ -140,12 +140,8 @@ func startGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) er
 			g.destroy()
 		}
 	}()
-	pb, err := os.ReadFile(pidFile)
-	if err != nil {
+	if g.pid, err = readPidFile(pidFile, "runsc create"); err != nil {
 		return nil, err
-	}
-	if g.pid, err = strconv.Atoi(strings.TrimSpace(string(pb))); err != nil || g.pid <= 0 {
-		return nil, fmt.Errorf("runsc create: bad pid file %q", pb)
 	}
 	if r.Network != "none" {
 		// Before start: the agent must never see a network without our
@@ -541,4 +537,18 @@ func isolationOf(spec driver.Spec) (string, error) {
 		return IsolationGVisor, nil
 	}
 	return "", fmt.Errorf("%w: unknown isolation %q; use namespaces or gvisor", sberr.ErrInvalidConfig, spec.Isolation)
+}
+
+// readPidFile reads the sandbox's pid that runsc (what: the command, for
+// the error) wrote to path.
+func readPidFile(path, what string) (int, error) {
+	pb, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(pb)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("%s: bad pid file %q", what, pb)
+	}
+	return pid, nil
 }

@@ -35,7 +35,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -224,12 +223,8 @@ func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) 
 			g.destroy()
 		}
 	}()
-	pb, err := os.ReadFile(pidFile)
-	if err != nil {
+	if g.pid, err = readPidFile(pidFile, "runsc restore"); err != nil {
 		return nil, err
-	}
-	if g.pid, err = strconv.Atoi(strings.TrimSpace(string(pb))); err != nil || g.pid <= 0 {
-		return nil, fmt.Errorf("runsc restore: bad pid file %q", pb)
 	}
 	g.cgroups = gvisorCgroups(g.pid)
 	if err := beforeStart(nil); err != nil {
