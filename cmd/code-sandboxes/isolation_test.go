@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
@@ -60,26 +58,5 @@ func TestIsolationGVisorNeedsRoot(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "not supported") || !strings.Contains(string(out), "needs root") {
 		t.Fatalf("exec --isolation gvisor as nobody: %v %q, want a refusal saying it needs root", err, out)
-	}
-}
-
-// serve --isolation gvisor creates every sandbox under gVisor.
-func TestServeIsolation(t *testing.T) {
-	requireGVisor(t)
-	rt := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
-	url, key, done := startServe(t, ctx, rt, "--isolation", "gvisor")
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			t.Error("serve did not stop")
-		}
-	}()
-	id := createE2B(t, url, key)
-	out, errs, code := cli(t, "", "exec", "--runtime-dir", rt, "--sandbox", id, "import os; print(os.uname().release)")
-	if code != 0 || strings.TrimSpace(out) != "4.4.0" {
-		t.Fatalf("a sandbox of serve --isolation gvisor: %d %q %q", code, out, errs)
 	}
 }
