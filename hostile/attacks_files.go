@@ -174,7 +174,9 @@ for p in [p for p in os.listdir('/proc') if p.isdigit()]:
             hits.append('/proc/%s/environ' % p)
     except OSError:
         pass
-host = sorted(k for k in os.environ if k.startswith(('AWS_', 'CS_HOSTILE', 'KUBERNETES_', 'DOCKER_', 'CODE_SANDBOXES', 'SSH_', 'GITHUB_', 'CI', 'GOOGLE_', 'AZURE_', 'XDG_RUNTIME', 'SUDO_')))
+# CODE_SANDBOXES_TOOLS_SOCKET is ours, not the host's: the agent sets it in
+# every kernel (code mode, docs/agent-protocol.md). Only that exact name.
+host = sorted(k for k in os.environ if k.startswith(('AWS_', 'CS_HOSTILE', 'KUBERNETES_', 'DOCKER_', 'CODE_SANDBOXES', 'SSH_', 'GITHUB_', 'CI', 'GOOGLE_', 'AZURE_', 'XDG_RUNTIME', 'SUDO_')) and k != 'CODE_SANDBOXES_TOOLS_SOCKET')
 print('hits', hits)
 print('host-vars', host)
 print('env', sorted(os.environ))`)
