@@ -225,11 +225,50 @@ func (c *suite) filesTraversal(t *testing.T) {
 	}
 	// Writes, directories, renames and removals outside the writable
 	// mounts; and the other operations on the agent's files.
-	var wrote []string
+	var wrote, created []string
+	// The agent's socket and the cgroup file exist only where the variant
+	// has them (docker, kubernetes). Where they do not (the local variant
+	// has no /run or /sys), its root is the sandbox's own writable tmpfs
+	// and a write there creates a new file of the sandbox's, which changes
+	// nothing of the agent or the host: what matters is that an existing
+	// socket or cgroup file is not written, and that what was created is
+	// a regular file on the root's own tmpfs (checked below).
+	existed := map[string]bool{}
+	for _, p := range []string{"/run/code-sandboxes/agent.sock", "/sys/fs/cgroup/cgroup.procs"} {
+		ok, err := f.Exists(fctx(t), p)
+		existed[p] = ok || err != nil
+	}
 	for _, p := range []string{"../../../../../etc/evil", "/home/user/../../usr/evil", "/etc/passwd", "/proc/1/oom_score_adj", "/proc/self/oom_score_adj",
 		"/proc/sys/kernel/core_pattern", "/run/code-sandboxes/agent.sock", "/usr/local/libexec/code-sandboxes-agent", "/sys/fs/cgroup/cgroup.procs"} {
 		if err := f.WriteBytes(fctx(t), p, []byte("1\n")); err == nil {
+			if e, known := existed[p]; known && !e {
+				created = append(created, p)
+				continue
+			}
 			wrote = append(wrote, p)
+		}
+	}
+	if len(created) > 0 {
+		defer func() {
+			for _, p := range created {
+				_ = f.Remove(fctx(t), p)
+			}
+		}()
+		ex := py(t, c.victim, `import os, stat
+root = None
+for l in open('/proc/self/mountinfo'):
+    a, b = l.split(' - ', 1)
+    if a.split()[4] == '/':
+        root = b.split()[0]
+rdev = os.stat('/').st_dev
+for p in `+pyList(created)+`:
+    st = os.lstat(p)
+    print(p, 'own-file' if root == 'tmpfs' and stat.S_ISREG(st.st_mode) and st.st_dev == rdev and open(p, 'rb').read() == b'1\n' else 'NOT-OWN mode %o dev %d root %s' % (st.st_mode, st.st_dev, root))
+`)
+		for _, l := range strings.Split(out(ex), "\n") {
+			if !strings.HasSuffix(l, " own-file") {
+				t.Errorf("the files API wrote a path that did not exist before, and it is not a new file on the sandbox's own root tmpfs: %q %v", l, ex.Error)
+			}
 		}
 	}
 	if _, err := f.MakeDir(fctx(t), "/etc/evil-dir"); err == nil {
@@ -243,7 +282,7 @@ func (c *suite) filesTraversal(t *testing.T) {
 	}
 	// (Remove of a path that does not exist succeeds: only one that
 	// exists proves anything.)
-	if ok, _ := f.Exists(fctx(t), "/run/code-sandboxes/agent.sock"); ok {
+	if existed["/run/code-sandboxes/agent.sock"] {
 		if err := f.Remove(fctx(t), "/run/code-sandboxes/agent.sock"); err == nil {
 			wrote = append(wrote, "remove the agent's socket")
 		}
@@ -255,7 +294,11 @@ func (c *suite) filesTraversal(t *testing.T) {
 		t.Errorf("the files API lists the agent's descriptors (/proc/1/fd)")
 	}
 	alive(t, c.victim, "files API traversal")
-	record(t, "%d reads refused, %d harmless (%s); 14 writes/mkdir/rename/remove outside refused; /proc/1/fd not listed", len(refused), len(harmless), strings.Join(harmless, " "))
+	own := ""
+	if len(created) > 0 {
+		own = fmt.Sprintf(" (%d absent here, created as new files of the sandbox's own root tmpfs: %s)", len(created), strings.Join(created, " "))
+	}
+	record(t, "%d reads refused, %d harmless (%s); %d writes/mkdir/rename/remove outside refused%s; /proc/1/fd not listed", len(refused), len(harmless), strings.Join(harmless, " "), 14-len(created), own)
 }
 
 // filesSymlinks: user code plants symlinks to what only the agent may
