@@ -82,6 +82,9 @@ for name, fn in (('shm', lambda: libc.shmget(KEY, 0, 0)), ('msg', lambda: libc.m
     r = fn()
     print(name, 'FOUND' if r >= 0 else 'absent-' + errno.errorcode.get(ctypes.get_errno(), '?'))
 for f in ('/proc/sysvipc/shm', '/proc/sysvipc/msg', '/proc/sysvipc/sem'):
+    if not os.path.exists(f):
+        print(f, 'absent-nofile')  # gVisor has no /proc/sysvipc
+        continue
     rows = open(f).read().strip().splitlines()[1:]
     print(f, 'FOUND' if any(int(r.split()[0]) == KEY for r in rows) else 'absent')
 rt = ctypes.CDLL('librt.so.1', use_errno=True) if os.path.exists('/usr/lib/x86_64-linux-gnu/librt.so.1') or os.path.exists('/lib/x86_64-linux-gnu/librt.so.1') else libc
@@ -95,6 +98,13 @@ print('mqueue-fs', 'FOUND' if os.path.exists('/dev/mqueue/cs-hostile') else 'abs
 }
 
 func (c *suite) sharedUIDLimits(t *testing.T) {
+	if c.o.UserSpaceKernel {
+		// The count is the host kernel's per-user one; each gVisor sandbox
+		// has a Sentry of its own, which doesn't bound inotify instances,
+		// so there is neither a shared count to exhaust nor a probe that
+		// can fail.
+		t.Skip("under a user-space kernel each sandbox has its own kernel (the Sentry, which doesn't count inotify instances per user): no per-user count shared with another sandbox")
+	}
 	// The victim holds every inotify instance its user may have; the
 	// neighbour, a different sandbox, must still get one.
 	background(t, c.victim, "cs-inotify", `import ctypes, time
@@ -343,6 +353,13 @@ print(len(links))`)
 	// What the agent would read for user code that user code can't read
 	// itself: its own /proc entries.
 	for _, r := range read {
+		n := r[:strings.IndexByte(r, '(')]
+		if c.o.UserSpaceKernel && (n == "self-environ" || n == "self-cmdline" || n == "self-maps" || n == "self-auxv") {
+			// Under gVisor user code reads these of the agent itself
+			// (SECURITY.md, Isolation gvisor, known gap): the files API
+			// serving them gives it nothing more; the token check above holds.
+			continue
+		}
 		if strings.HasPrefix(r, "self-") && !strings.HasPrefix(r, "self-root-shadow") {
 			t.Errorf("BUG: the files API follows a symlink into the agent's own /proc entries (user code can't read the agent's): %s", r)
 		}
@@ -385,6 +402,16 @@ def flip():
             pass
 threading.Thread(target=flip, daemon=True).start()`, 60*time.Second)
 	defer py(t, sb, "import subprocess; subprocess.run(['pkill', '-f', '/tmp/cs-flip.py'])")
+	// Under gVisor user code reads the agent's environ itself (SECURITY.md,
+	// Isolation gvisor, known gap): the files API serving exactly those
+	// bytes gives it nothing more.
+	var agentEnv []byte
+	if c.o.UserSpaceKernel {
+		ex := py(t, sb, "print(open('/proc/1/environ', 'rb').read().hex())")
+		if _, err := fmt.Sscanf(out(ex), "%x", &agentEnv); err != nil || len(agentEnv) == 0 {
+			t.Fatalf("under a user-space kernel user code was expected to read the agent's environ: %q %v", ex.Stdout(), ex.Error)
+		}
+	}
 	var reads, readOK, writes, writeOK atomic.Int64
 	var wg sync.WaitGroup
 	deadline := time.Now().Add(5 * time.Second)
@@ -412,7 +439,9 @@ threading.Thread(target=flip, daemon=True).start()`, 60*time.Second)
 						// in-place upload or the flipper's writes): only the
 						// bytes of what we and the flipper write, at most
 						// 11 of them. Anything else came from elsewhere.
-						if len(b) > 11 || strings.Trim(string(b), "regulapin fRACE-WIT\n") != "" {
+						if agentEnv != nil && bytes.Equal(b, agentEnv) {
+							// (gVisor: what user code reads itself.)
+						} else if len(b) > 11 || strings.Trim(string(b), "regulapin fRACE-WIT\n") != "" {
 							mu.Lock()
 							bad = append(bad, fmt.Sprintf("read %d bytes of something else: %.40q", len(b), b))
 							mu.Unlock()
