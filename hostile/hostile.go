@@ -56,7 +56,10 @@ type Options struct {
 	// sandbox (the Sentry), not one kernel; code can kill the agent (the
 	// Sentry doesn't shield PID 1 from its namespace's signals), which ends
 	// only its own sandbox, reported dead and cleaned up; CPU use is
-	// measured on the host (HostCPU), the Sentry's rusage being its own.
+	// measured on the host (HostCPU), the Sentry's rusage being its own;
+	// the Sentry's own emulated devices (fuse, tun), ENOTTY for network
+	// ioctls, no core_pattern or /proc/sysvipc, its exec limits, and its
+	// gap on the agent's non-dumpable flag (SECURITY.md, Isolation gvisor).
 	UserSpaceKernel bool
 	// HostCPU returns the CPU time sb's processes used so far, measured on
 	// the host (its cgroup); nil = measured inside (getrusage).

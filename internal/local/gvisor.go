@@ -430,7 +430,9 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 			Cwd:             "/",
 			Capabilities:    &specs.LinuxCapabilities{Bounding: []string{}, Effective: caps, Permitted: caps},
 			NoNewPrivileges: true,
-			Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}},
+			// RLIMIT_CORE 0, hard, as namespaces (isolate) and docker
+			// set it: no core dumps, and code can't raise it.
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: nofile, Soft: nofile}, {Type: "RLIMIT_CORE", Hard: 0, Soft: 0}},
 		},
 		Mounts: mounts,
 		Linux: &specs.Linux{
