@@ -662,7 +662,7 @@ func listed(i sandboxes.Info) listedSandbox {
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	e, i, ok := s.find(w, r)
+	e, i, ok := s.findPausable(w, r) // a paused sandbox has details (state paused)
 	if !ok {
 		return
 	}
@@ -678,7 +678,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
-	e, _, ok := s.find(w, r)
+	e, _, ok := s.findPausable(w, r) // killing a paused sandbox removes its checkpoint
 	if !ok {
 		return
 	}

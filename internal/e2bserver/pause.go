@@ -8,7 +8,7 @@ import (
 )
 
 // findPausable is find for the calls that also see paused sandboxes
-// (pause, resume, connect).
+// (pause, resume, connect, details, kill).
 func (s *Server) findPausable(w http.ResponseWriter, r *http.Request) (*entry, sandboxes.Info, bool) {
 	id := r.PathValue("id")
 	if e := s.lookup(id, caller(r).Team); e != nil {

@@ -82,4 +82,24 @@ func TestPauseResumeGVisor(t *testing.T) {
 	if resp := call(t, "DELETE", u, testKey, "", nil, nil); resp.StatusCode != 204 {
 		t.Fatalf("kill: %d", resp.StatusCode)
 	}
+	// A paused sandbox has its details (state paused) and can be killed, as
+	// on E2B (upstream api/list kills the paused sandboxes it lists; this
+	// answered 409 before).
+	b := createSB(t, base, testKey, `{"templateID":"base","timeout":90}`)
+	ub := base + "/sandboxes/" + b.SandboxID
+	if resp := call(t, "POST", ub+"/pause", testKey, "", nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("pause b: %d", resp.StatusCode)
+	}
+	var d sandboxDetail
+	if resp := call(t, "GET", ub, testKey, "", nil, &d); resp.StatusCode != 200 || d.State != "paused" {
+		t.Errorf("details of a paused sandbox: %d state %q, want 200 paused", resp.StatusCode, d.State)
+	}
+	if resp := call(t, "DELETE", ub, testKey, "", nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("kill a paused sandbox: %d, want 204", resp.StatusCode)
+	}
+	var l []listedSandbox
+	call(t, "GET", base+"/v2/sandboxes?state=running,paused", testKey, "", nil, &l)
+	if len(l) != 0 {
+		t.Errorf("after killing both: %+v", l)
+	}
 }
