@@ -259,7 +259,11 @@ func TestFaultDeleteWhileStreaming(t *testing.T) {
 		_, err := sb.RunCode(ctxBG(time.Minute), "import time\nfor i in range(100000):\n    print('line', i, flush=True)\n    time.sleep(0.01)",
 			sandboxes.OnStdout(func(m sandboxes.OutputMessage) {
 				mu.Lock()
-				lines = append(lines, strings.TrimSpace(m.Line))
+				// A message may carry several lines (output that arrived
+				// together is sent together): every line is checked.
+				for _, l := range strings.Split(strings.TrimRight(m.Line, "\n"), "\n") {
+					lines = append(lines, strings.TrimSpace(l))
+				}
 				mu.Unlock()
 				select {
 				case first <- struct{}{}:

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -65,6 +66,27 @@ func (p *pauseCtl) path(name string) string {
 	return "/proc/self/fd/" + strconv.Itoa(p.fd) + "/" + name
 }
 
+// RequestFile, in CtlDir, is written by the host before each signal of the
+// handshake ("quiesce" before SIGUSR2, "resume" before SIGUSR1): a signal
+// without it is ignored, so that code in the sandbox, which runs as the
+// agent's uid and may signal it, doesn't make it stop answering by sending
+// SIGUSR2 (the hostile suite's SignalAgent did). (Under gVisor that code can
+// still reach the agent's descriptors through /proc/1/fd: SECURITY.md; it
+// only ever harms its own sandbox.)
+const RequestFile = "request"
+
+// requested reports whether the host asked for what (and takes the
+// request).
+func (p *pauseCtl) requested(what string) bool {
+	f := p.path(RequestFile)
+	b, err := os.ReadFile(f)
+	if err != nil || strings.TrimSpace(string(b)) != what {
+		return false
+	}
+	_ = os.Remove(f)
+	return true
+}
+
 // quiesce is the agent's Quiesce for this handshake (nil without one).
 func (p *pauseCtl) quiesce(mode os.FileMode) *agent.Quiesce {
 	if p == nil {
@@ -80,11 +102,17 @@ func (p *pauseCtl) quiesce(mode os.FileMode) *agent.Quiesce {
 		for {
 			select {
 			case <-req:
+				if !p.requested("quiesce") {
+					continue
+				}
 				select {
 				case reqc <- struct{}{}:
 				default:
 				}
 			case <-resume:
+				if !p.requested("resume") {
+					continue
+				}
 				select {
 				case resc <- struct{}{}:
 				default:

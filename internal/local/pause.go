@@ -97,8 +97,8 @@ func (g *gvisorSandbox) checkpoint(dir string) error {
 	ctl := filepath.Join(dir, gvisorDir, "run", ctragent.CtlDir)
 	marker := filepath.Join(ctl, ctragent.QuiescedFile)
 	_ = os.Remove(marker)
-	if out, err := g.runscCmd("kill", g.id, "USR2").CombinedOutput(); err != nil {
-		return fmt.Errorf("runsc kill USR2: %w: %s", err, strings.TrimSpace(string(out)))
+	if err := g.tellAgent(ctl, "quiesce", "USR2"); err != nil {
+		return err
 	}
 	deadline := time.Now().Add(quiesceWait)
 	for {
@@ -106,24 +106,24 @@ func (g *gvisorSandbox) checkpoint(dir string) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			_ = g.runscCmd("kill", g.id, "USR1").Run() // serve again
+			_ = g.tellAgent(ctl, "resume", "USR1") // serve again
 			return fmt.Errorf("%w: the agent did not close its socket within %s; the sandbox keeps running", sberr.ErrTimeout, quiesceWait)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	r, err := readRecord(dir)
 	if err != nil {
-		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		_ = g.tellAgent(ctl, "resume", "USR1")
 		return err
 	}
 	img := r.Checkpoint
 	_ = os.RemoveAll(img)
 	if err := ensureStateDir(filepath.Dir(img)); err != nil {
-		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		_ = g.tellAgent(ctl, "resume", "USR1")
 		return err
 	}
 	if err := os.Mkdir(img, 0o700); err != nil {
-		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		_ = g.tellAgent(ctl, "resume", "USR1")
 		return err
 	}
 	g.pause.mu.Lock()
@@ -133,7 +133,7 @@ func (g *gvisorSandbox) checkpoint(dir string) error {
 		_ = os.RemoveAll(img)
 		// runsc ends the sandbox on a failed checkpoint; if it still runs,
 		// it serves again.
-		_ = g.runscCmd("kill", g.id, "USR1").Run()
+		_ = g.tellAgent(ctl, "resume", "USR1")
 		return fmt.Errorf("runsc checkpoint: %w: %s", err, firstLine(string(out)))
 	}
 	g.pause.ok = true
@@ -231,8 +231,8 @@ func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) 
 		return nil, err
 	}
 	// The agent listens again.
-	if out, err := g.runscCmd("kill", g.id, "USR1").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("runsc kill USR1: %w: %s", err, strings.TrimSpace(string(out)))
+	if err := g.tellAgent(filepath.Join(base, "run", ctragent.CtlDir), "resume", "USR1"); err != nil {
+		return nil, err
 	}
 	g.waitCmd = g.runscCmd("wait", g.id)
 	if err := g.waitCmd.Start(); err != nil {
@@ -392,3 +392,20 @@ func startShim(ctx context.Context, exe string, ss shimSpec) error {
 
 // Pauser is implemented by handles whose sandbox can pause.
 var _ driver.Pauser = (*instance)(nil)
+
+// tellAgent asks the agent for a step of the pause handshake: the request
+// in its control directory (ctragent.RequestFile: a signal without one is
+// ignored), then the signal.
+func (g *gvisorSandbox) tellAgent(ctl, what, sig string) error {
+	f := filepath.Join(ctl, ctragent.RequestFile)
+	if err := os.WriteFile(f, []byte(what), 0o600); err != nil {
+		return err
+	}
+	if err := os.Chown(f, isolate.SandboxUID, isolate.SandboxGID); err != nil {
+		return err
+	}
+	if out, err := g.runscCmd("kill", g.id, sig).CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc kill %s: %w: %s", sig, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -58,6 +58,10 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
 	closed   bool
+	// ending counts sessions whose sandbox end is killing (end): Close
+	// waits for them, so that a program exiting right after Close (stdio:
+	// the client hung up) leaves no sandbox a session ended running.
+	ending sync.WaitGroup
 }
 
 type session struct {
@@ -184,6 +188,7 @@ func (s *Server) Close() error {
 	for _, st := range list {
 		errs = append(errs, st.close())
 	}
+	s.ending.Wait()
 	return errors.Join(errs...)
 }
 
@@ -200,8 +205,12 @@ func (s *Server) end(ss *mcp.ServerSession) {
 	s.mu.Lock()
 	st := s.sessions[ss]
 	delete(s.sessions, ss)
+	if st != nil {
+		s.ending.Add(1) // under mu: before a Close can collect and Wait
+	}
 	s.mu.Unlock()
 	if st != nil {
+		defer s.ending.Done()
 		if err := st.close(); err != nil {
 			s.opts.Logger.Warn("killing the session's sandbox", "err", err)
 		}
