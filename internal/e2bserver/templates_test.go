@@ -251,8 +251,12 @@ func TestTemplateAPI(t *testing.T) {
 		t.Fatalf("second build: %s %+v\n%s", st.Status, st.Reason, strings.Join(logs, "\n"))
 	}
 	var sb2 sandboxJSON
-	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"api-test:v1","timeout":120}`, nil, &sb2); resp.StatusCode != 201 {
-		t.Fatalf("create on the rebuilt template: %d", resp.StatusCode)
+	var raw json.RawMessage
+	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"api-test:v1","timeout":120}`, nil, &raw); resp.StatusCode != 201 {
+		t.Fatalf("create on the rebuilt template: %d %s", resp.StatusCode, raw)
+	}
+	if err := json.Unmarshal(raw, &sb2); err != nil {
+		t.Fatal(err)
 	}
 	defer call(t, "DELETE", base+"/sandboxes/"+sb2.SandboxID, testKey, "", nil, nil)
 	if out := run(sb2, "print(open('/srv/ran').read().strip())"); !strings.Contains(out, "second") {
