@@ -140,6 +140,10 @@ func sudoOnPath() error {
 	return nil
 }
 
+// gcAfterBrokerEnv, set in a Spec's Env, makes stage 1 collect garbage
+// right after starting the broker (TestRootUserUnderGC).
+const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
+
 // startRootBroker starts the broker as uid 0 and waits until it listens.
 func startRootBroker(cfg *childConfig) error {
 	statR, statW, err := os.Pipe()
@@ -157,13 +161,23 @@ func startRootBroker(cfg *childConfig) error {
 			env = append(env, kv)
 		}
 	}
+	// A duplicate of the binary's fd for the broker: an *os.File made
+	// straight from cfg.ExeFD would close it from its GC finalizer once
+	// unreachable, and stage 1's own re-exec through /proc/self/fd/ExeFD
+	// then fails with ENOENT (seen under load in CI).
+	exeDup, err := unix.FcntlInt(uintptr(cfg.ExeFD), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("root user: dup binary fd: %w", err)
+	}
+	exeFile := os.NewFile(uintptr(exeDup), "exe")
+	defer exeFile.Close()
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/fd/3",
 		Args:       []string{"code-sandboxes-root"},
 		Env:        env,
 		Dir:        "/",
 		Stderr:     os.Stderr, // the agent's log
-		ExtraFiles: []*os.File{os.NewFile(uintptr(cfg.ExeFD), "exe"), statW},
+		ExtraFiles: []*os.File{exeFile, statW},
 		SysProcAttr: &syscall.SysProcAttr{
 			// Root of a namespace of its own, nested in the sandbox's (see
 			// the top of this file); stage 1 writes its maps with the

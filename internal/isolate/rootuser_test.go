@@ -270,3 +270,21 @@ func TestRootUser(t *testing.T) {
 		t.Error("HostRootUID without HostRootGID accepted")
 	}
 }
+
+// TestRootUserUnderGC: stage 1 re-executes through its fd of the binary
+// after starting the root broker; nothing may close that fd meanwhile (an
+// *os.File wrapping it did, from its finalizer, when a GC ran at the wrong
+// time: "re-exec /proc/self/fd/5: no such file or directory" in CI).
+// gcAfterBrokerEnv makes stage 1 collect right after the broker starts.
+func TestRootUserUnderGC(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testdep.Require(t, false, "a root user needs a root caller")
+	}
+	for range 5 {
+		p, out := startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID}, "exit7", gcAfterBrokerEnv+"=1")
+		io.Copy(io.Discard, out)
+		if info, err := p.Wait(); err != nil || info.ExitCode != 7 {
+			t.Fatalf("Wait: %+v %v", info, err)
+		}
+	}
+}
