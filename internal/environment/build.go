@@ -104,6 +104,14 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		_ = copyFile(bl.log.Name(), failed)
 		return nil, fmt.Errorf("%w (full log: %s)", err, failed)
 	}
+	if spec.Base.Environment != "" {
+		// Only what the steps changed takes new space (see share.go).
+		saved, err := shareWithBase(in.BaseBuild.Rootfs(), bl.rootfs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: share files with the base: %w", ErrBuildFailed, err)
+		}
+		p.linef("environment %s: %s shared with %s", spec.Name, humanBytes(saved), in.BaseBuild.Name)
+	}
 	b := &Build{ID: id, Name: spec.Name, Description: spec.Description, Base: bl.baseDesc(),
 		CreatedAt: time.Now().UTC(), Env: spec.allEnv(), Host: spec.Base.Host}
 	b.Workdir, b.User = spec.lastWorkdirUser()
