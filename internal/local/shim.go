@@ -31,6 +31,15 @@ const (
 	shimSpecEnv = "CODE_SANDBOXES_SHIM_SPEC"
 )
 
+// sandboxGoEnv is the Go runtime's settings for every process of a
+// sandbox that runs this binary (supervisor, agent, root broker), in their
+// environment so they hold from the runtime's first instruction: one P, so
+// no extra threads (Ms) or GC workers get started during package inits that
+// an idle process would then keep (each thread counts against pid_max and
+// the sandbox's pids limit). The agent clears its environment before it
+// starts anything, so user code doesn't see them.
+var sandboxGoEnv = []string{"GOMAXPROCS=1"}
+
 // shimSpec is what Create hands the shim.
 type shimSpec struct {
 	Dir    string      `json:"dir"`
@@ -90,6 +99,9 @@ func Main() {
 		os.Exit(runAgent())
 	case roleGVisorAgent:
 		os.Exit(ctragent.Run("gvisor agent", runInGVisor))
+	case roleFingerprint:
+		fmt.Println(protocolFingerprint())
+		os.Exit(0)
 	}
 }
 
@@ -172,7 +184,7 @@ func runShim() int {
 		// started (go run removes its temporary build).
 		Path:          "/proc/self/exe",
 		Args:          []string{"code-sandboxes-agent"},
-		Env:           []string{roleEnv + "=" + roleAgent},
+		Env:           append([]string{roleEnv + "=" + roleAgent}, sandboxGoEnv...),
 		ExtraFiles:    []*os.File{lnFile, cfgR},
 		Stdout:        logf,
 		Stderr:        logf,
