@@ -46,6 +46,13 @@ func TestLocalSandboxBinary(t *testing.T) {
 	if ex, err := sb.RunCode(ctx, "6 * 7"); err != nil || ex.Text() != "42" {
 		t.Errorf("RunCode: %v %v", ex, err)
 	}
+	if os.Geteuid() == 0 {
+		// The sandbox's sudo is the sandbox binary too (bound in by stage 1).
+		res, err := sb.Commands().Run(ctx, "sudo id -u")
+		if res == nil || strings.TrimSpace(res.Stdout) != "0" {
+			t.Errorf("sudo id -u: %+v %v", res, err)
+		}
+	}
 	recs := poolRecords(t, rt)
 	if len(recs) != 1 {
 		t.Fatalf("%d records", len(recs))
