@@ -40,7 +40,7 @@ const roleFingerprint = "fingerprint"
 // protocolVersion is bumped when what the caller and the sandbox's
 // processes exchange changes in a way the types below don't show (fd
 // numbers, environment variables, file names).
-const protocolVersion = 1
+const protocolVersion = 2
 
 // protocolFingerprint identifies what the caller and a sandbox's processes
 // exchange: protocolVersion and the shape (field names, types, JSON tags)

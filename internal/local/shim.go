@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -79,10 +80,10 @@ type agentConfig struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// NoPrewarm leaves the default kernel to start on first use.
 	NoPrewarm bool `json:"no_prewarm,omitempty"`
-	// KernelTag and KernelPyc are the kernel's bytecode, for the agent to
-	// put where the kernel looks (kernel.InstallBytecode).
-	KernelTag string `json:"kernel_tag,omitempty"`
-	KernelPyc []byte `json:"kernel_pyc,omitempty"`
+	// KernelBytecodeFD is the agent's fd of the kernel's bytecode file
+	// (bytecode.go: the tag, a newline, the pyc), for the agent to put where
+	// the kernel looks (kernel.InstallBytecode); 0 = none.
+	KernelBytecodeFD int `json:"kernel_bytecode_fd,omitempty"`
 }
 
 // Main runs the role this process was re-executed for, if any, and exits.
@@ -209,25 +210,37 @@ func runShim() int {
 	// process to be scheduled again. (A goroutine: a config bigger than the
 	// pipe's buffer would block until the agent reads; if the agent never
 	// comes up the write fails with EPIPE once cfgR is closed below.)
+	var pycFile *os.File
 	if spec.KernelBytecode != "" {
-		// Best effort: without it the kernel compiles its source.
-		spec.Agent.KernelTag, spec.Agent.KernelPyc, _ = readKernelBytecode(spec.KernelBytecode)
+		// The kernel's bytecode goes to the agent as the cache file itself
+		// (read-only; the agent reads it and closes it before anything runs
+		// in the sandbox), not inside the config: 150 KiB as base64 JSON
+		// cost both processes CPU and the agent's heap the garbage. Best
+		// effort: without it the kernel compiles its source.
+		if f, err := os.Open(spec.KernelBytecode); err == nil {
+			pycFile = f
+			ispec.ExtraFiles = append(ispec.ExtraFiles, f)
+			spec.Agent.KernelBytecodeFD = 2 + len(ispec.ExtraFiles)
+		}
 	}
 	go func() {
 		_ = json.NewEncoder(cfgW).Encode(spec.Agent)
 		cfgW.Close()
 	}()
 	if tf := trace.File(); tf != nil {
-		// The trace fd is the agent's fd 5 (after the listener and the
-		// config); the agent seals it from its children.
+		// The trace fd follows the others; the agent seals it from its
+		// children.
 		ispec.ExtraFiles = append(ispec.ExtraFiles, tf)
-		ispec.Env = append(ispec.Env, trace.FDEnv+"=5")
+		ispec.Env = append(ispec.Env, trace.FDEnv+"="+strconv.Itoa(2+len(ispec.ExtraFiles)))
 	}
 	trace.Mark("shim: listening, isolate.Start")
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.
 	proc, err := isolate.Start(context.Background(), ispec)
 	trace.Mark("shim: isolate.Start returned")
+	if pycFile != nil {
+		pycFile.Close()
+	}
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {
