@@ -190,6 +190,9 @@ func main() {
 	fmt.Fprintf(&rep, "Reproduce: `make bench` (defaults: `-n %d -rtt %d -idle %d -scale %d`; `go run ./bench -scale 1000` for the issue's target).\n", *nCold, *nRTT, *nIdle, *nScale)
 	check(os.WriteFile(*out, []byte(rep.String()), 0o644))
 	fmt.Print(rep.String())
+	if leanDir != "" {
+		os.RemoveAll(leanDir)
+	}
 }
 
 // kernelBench: python3 -c pass against the agent's new context → first
@@ -229,9 +232,10 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	bwrapArgs := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--unshare-all", "--die-with-parent", "--uid", "1000", "--gid", "100", *python, "-c", "pass"}
-	var cold, createOnly, bw []float64
+	var cold, coldLean, createOnly, bw []float64
 	var bwErr error
-	for i := 0; i < *nCold; i++ {
+	lean, leanErr := leanBinary()
+	coldOnce := func() float64 {
 		t := time.Now()
 		sb, err := sandboxes.Create(ctx, cfg)
 		check(err)
@@ -240,23 +244,30 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 		if ex.Text() != "2" {
 			check(fmt.Errorf("cold create: got %q", ex.Text()))
 		}
-		cold = append(cold, since(t))
+		ms := since(t)
 		check(sb.Close())
+		return ms
+	}
+	for i := 0; i < *nCold; i++ {
+		withSandboxBinary("", func() { cold = append(cold, coldOnce()) })
+		if leanErr == nil {
+			withSandboxBinary(lean, func() { coldLean = append(coldLean, coldOnce()) })
+		}
 		if bwErr == nil {
 			var b []float64
 			if b, bwErr = timeCmd(1, "bwrap", bwrapArgs...); bwErr == nil {
 				bw = append(bw, b...)
 			}
 		}
-		t = time.Now()
-		sb, err = sandboxes.Create(ctx, cfg)
+		t := time.Now()
+		sb, err := sandboxes.Create(ctx, cfg)
 		check(err)
 		createOnly = append(createOnly, since(t))
 		check(sb.Close())
 	}
 	cs, co, bs := summarize(cold), summarize(createOnly), summarize(bw)
 	rep.WriteString("## Local sandboxes (issue 3)\n\n")
-	fmt.Fprintf(rep, "%d each, interleaved: cold Create → first result, the peer, Create alone.\n\n", *nCold)
+	fmt.Fprintf(rep, "%d each, interleaved: cold Create → first result (sandbox processes: this benchmark's binary re-executed, then `cmd/code-sandboxes-sandbox` named in `CODE_SANDBOXES_SANDBOX_BINARY`), the peer, Create alone.\n\n", *nCold)
 	fmt.Fprintf(rep, "| measurement | p50 | %s | ratio to bwrap p50 |\n|---|---|---|---|\n", cs.tailName())
 	if bwErr == nil {
 		fmt.Fprintf(rep, "| `bwrap --unshare-all … python3 -c pass` (peer) | %.1f ms | %.1f ms | 1× |\n", bs.p50, bs.tail())
@@ -271,7 +282,14 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 		return fmt.Sprintf("%.2f×", v/bs.p50)
 	}
 	fmt.Fprintf(rep, "| `Create` (sandbox answers) | %.1f ms | %.1f ms | %s |\n", co.p50, co.tail(), ratio(co.p50))
-	fmt.Fprintf(rep, "| cold `Create` → first result of `1 + 1` | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cs.p50, cs.tail(), ratio(cs.p50))
+	fmt.Fprintf(rep, "| cold `Create` → first result of `1 + 1` (this binary, which links every variant) | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cs.p50, cs.tail(), ratio(cs.p50))
+	if leanErr == nil {
+		cl := summarize(coldLean)
+		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cl.p50, cl.tail(), ratio(cl.p50))
+		samples["cold Create → first result (lean sandbox binary)"] = coldLean
+	} else {
+		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | not measured: %v | | |\n", leanErr)
+	}
 	rep.WriteString("| `docker run` | see the docker variant's section below | | |\n")
 	rep.WriteString("\n")
 	samples["cold Create → first result"] = cold
@@ -315,19 +333,83 @@ func memoryBench(ctx context.Context, rep *strings.Builder) {
 	for _, n := range names {
 		fmt.Fprintf(rep, "| … of which `%s` | %.1f MiB | |\n", n, parts[n]/float64(*nIdle))
 	}
+	rep.WriteString(leanMemory(ctx))
 	rep.WriteString(minimalMemory(ctx))
 	rep.WriteString("\n")
+}
+
+// leanMemory measures the same for sandboxes of this binary whose
+// processes run cmd/code-sandboxes-sandbox (CODE_SANDBOXES_SANDBOX_BINARY).
+func leanMemory(ctx context.Context) string {
+	lean, err := leanBinary()
+	if err != nil {
+		return fmt.Sprintf("| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | not measured: %v | |\n", err)
+	}
+	var s string
+	withSandboxBinary(lean, func() {
+		rt, _ := os.MkdirTemp("", "cs-bench-")
+		defer os.RemoveAll(rt)
+		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+		var sbs []*sandboxes.Sandbox
+		defer func() {
+			for _, sb := range sbs {
+				_ = sb.Close()
+			}
+		}()
+		for i := 0; i < *nIdle; i++ {
+			sb, err := sandboxes.Create(ctx, cfg)
+			check(err)
+			sbs = append(sbs, sb)
+			_, err = sb.RunCode(ctx, "x = 1")
+			check(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		total, parts := idleMemory(rt)
+		s = fmt.Sprintf("| the same, this binary with its sandboxes' processes from `cmd/code-sandboxes-sandbox` (`CODE_SANDBOXES_SANDBOX_BINARY`) | %.1f MiB | ≤ 16 MiB |\n", total/float64(*nIdle))
+		s += partRows(parts)
+	})
+	return s
+}
+
+func partRows(parts map[string]float64) string {
+	names := make([]string, 0, len(parts))
+	for n := range parts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var s string
+	for _, n := range names {
+		s += fmt.Sprintf("| … of which `%s` | %.1f MiB | |\n", n, parts[n]/float64(*nIdle))
+	}
+	return s
 }
 
 // scaleBench: create time while N sandboxes are alive, then everything
 // closed and the runtime directory checked empty.
 func scaleBench(ctx context.Context, rep *strings.Builder) {
+	// The sandboxes' processes from cmd/code-sandboxes-sandbox unless
+	// -scale-self: this binary re-executed costs ~25 MiB per sandbox (see
+	// the memory section), too much for a thousand on a 24 GiB machine.
+	if !*scaleSelf {
+		if lean, err := leanBinary(); err == nil {
+			withSandboxBinary(lean, func() { scaleRun(ctx, rep, "`cmd/code-sandboxes-sandbox` (`CODE_SANDBOXES_SANDBOX_BINARY`)") })
+			return
+		} else {
+			fmt.Fprintf(os.Stderr, "scale: %v; this binary runs the sandboxes' processes\n", err)
+		}
+	}
+	scaleRun(ctx, rep, "this benchmark's binary re-executed")
+}
+
+var scaleSelf = flag.Bool("scale-self", false, "scale section: sandboxes' processes from this binary, not cmd/code-sandboxes-sandbox")
+
+func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	rt, _ := os.MkdirTemp("", "cs-bench-scale-")
 	defer os.RemoveAll(rt)
 	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	rep.WriteString("## Scale\n\n")
 	step := max(1, *nScale/10)
-	fmt.Fprintf(rep, "Create %d sandboxes and keep them; create time of each tenth (p50 over its %d).\n\n| alive | create p50 | %s |\n|---|---|---|\n", *nScale, step, tailName(step))
+	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d).\n\n| alive | create p50 | %s |\n|---|---|---|\n", *nScale, procs, step, tailName(step))
 	var alive []*sandboxes.Sandbox
 	var window, all []float64
 	var firstP50, lastP50 float64
@@ -352,8 +434,13 @@ func scaleBench(ctx context.Context, rep *strings.Builder) {
 			window = nil
 		}
 	}
+	threads, nprocs := sandboxThreads(rt)
+	pidMax, _ := os.ReadFile("/proc/sys/kernel/pid_max")
 	for _, sb := range alive {
 		_ = sb.Close()
+	}
+	if len(alive) > 0 {
+		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here).\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)))
 	}
 	ents, _ := os.ReadDir(rt)
 	fmt.Fprintf(rep, "\n%d alive at the peak; the last tenth's create p50 is %.2f× the first's (goal ≤ 1.5×); after closing them all, %d entries were left in the runtime directory.\n\n", len(alive), lastP50/max(firstP50, 1e-9), len(ents))
@@ -522,6 +609,27 @@ func idleMemory(rt string) (float64, map[string]float64) {
 		}
 	}
 	return total, parts
+}
+
+// sandboxThreads counts the threads and processes of every sandbox in rt.
+func sandboxThreads(rt string) (threads, procs int) {
+	ents, _ := os.ReadDir(rt)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(rt, e.Name(), "state.json"))
+		if err != nil {
+			continue
+		}
+		var r struct {
+			ShimPid int `json:"shim_pid"`
+		}
+		_ = json.Unmarshal(b, &r)
+		for _, pid := range tree(r.ShimPid) {
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			threads += len(tasks)
+			procs++
+		}
+	}
+	return threads, procs
 }
 
 func tree(root int) []int {

@@ -56,6 +56,15 @@ func Child() error {
 		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
 		st := os.NewFile(uintptr(cfg.StatusFD), "status")
+		if cfg.BrokerFD > 2 {
+			// The broker's start overlapped ours; the sandbox is ready
+			// only once it listens.
+			if err := waitRootBroker(cfg.BrokerFD); err != nil {
+				fmt.Fprintf(st, "error: %v\n", err)
+				os.Exit(1)
+			}
+			trace.Mark("stage 2: root broker ready")
+		}
 		_, err := st.Write([]byte("ready\n"))
 		st.Close()
 		if err != nil {
@@ -78,6 +87,13 @@ func Child() error {
 }
 
 func stage1(cfg *childConfig) error {
+	// Only the fds Start passed (stdio, the caller's ExtraFiles, the
+	// binary, sync and status) may reach stage 2: any other fd the caller
+	// held without close-on-exec (inherited from whatever started it) would
+	// otherwise reach the agent and every process it starts.
+	if err := cloexecFrom(cfg.StatusFD + 1); err != nil {
+		return fmt.Errorf("close inherited fds: %w", err)
+	}
 	// Wait until Start has put us into our cgroup.
 	// With a rootfs the release carries its directory's fd.
 	var b [1]byte
@@ -191,6 +207,25 @@ func stage1(cfg *childConfig) error {
 	exe := "/proc/self/fd/" + strconv.Itoa(cfg.ExeFD)
 	err = unix.Exec(exe, os.Args, env)
 	return fmt.Errorf("re-exec %s: %w", exe, err)
+}
+
+// cloexecFrom sets close-on-exec on every fd from first up.
+func cloexecFrom(first int) error {
+	err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	// Before Linux 5.11: one by one.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 func loopbackUp() error {

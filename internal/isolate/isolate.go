@@ -95,10 +95,13 @@ const envKey = "_CODE_SANDBOXES_ISOLATE"
 
 // childConfig is passed from Start to Child (JSON in envKey).
 type childConfig struct {
-	Stage     int    `json:"stage"` // 1: setup, 2: sandboxed
-	ExeFD     int    `json:"exe"`
-	SyncFD    int    `json:"sync"`
-	StatusFD  int    `json:"status"`
+	Stage    int `json:"stage"` // 1: setup, 2: sandboxed
+	ExeFD    int `json:"exe"`
+	SyncFD   int `json:"sync"`
+	StatusFD int `json:"status"`
+	// BrokerFD, in stage 2 with a root user, is the root broker's status
+	// pipe (startRootBroker); -1 or 0 = none.
+	BrokerFD  int    `json:"broker,omitempty"`
 	Hostname  string `json:"hostname"`
 	Network   string `json:"network"`
 	HomeSize  int64  `json:"home"`

@@ -144,15 +144,27 @@ func sudoOnPath() error {
 // right after starting the broker (TestRootUserUnderGC).
 const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
 
-// startRootBroker starts the broker as uid 0 and waits until it listens.
+// brokerFailEnv, set in a Spec's Env, makes the broker fail before it
+// listens (TestRootBrokerFails).
+const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
+
+// startRootBroker starts the broker as uid 0 and returns without waiting
+// for it: its own start (two more runs of the binary) overlaps stage 2's.
+// It leaves in cfg.BrokerFD the read end of the broker's status pipe, open
+// across stage 1's re-exec, on which stage 2 waits for "ready" before it
+// reports the sandbox ready (waitRootBroker): nothing runs in the sandbox
+// before the broker listens, and a broker that fails fails the start.
 func startRootBroker(cfg *childConfig) error {
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		return err
+	// Raw fds, not *os.File: the read end must outlive this process's
+	// image, and an os.File's finalizer would close it once unreachable.
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("root user: status pipe: %w", err)
 	}
-	defer statR.Close()
+	statR := p[0]
+	statW := os.NewFile(uintptr(p[1]), "broker status")
 	bc := *cfg
-	bc.Stage, bc.ExeFD, bc.StatusFD, bc.SyncFD = 3, 3, 4, -1
+	bc.Stage, bc.ExeFD, bc.StatusFD, bc.SyncFD, bc.BrokerFD = 3, 3, 4, -1, -1
 	bc.Rootfs, bc.RootfsFD = "", 0
 	j, _ := json.Marshal(bc)
 	env := []string{envKey + "=" + string(j)}
@@ -167,6 +179,8 @@ func startRootBroker(cfg *childConfig) error {
 	// then fails with ENOENT (seen under load in CI).
 	exeDup, err := unix.FcntlInt(uintptr(cfg.ExeFD), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
+		unix.Close(statR)
+		statW.Close()
 		return fmt.Errorf("root user: dup binary fd: %w", err)
 	}
 	exeFile := os.NewFile(uintptr(exeDup), "exe")
@@ -198,22 +212,46 @@ func startRootBroker(cfg *childConfig) error {
 	// Start from ever seeing its EOF.
 	restore, err := cloexecInherited()
 	if err != nil {
+		unix.Close(statR)
+		statW.Close()
 		return fmt.Errorf("root user: %w", err)
 	}
 	err = cmd.Start()
 	restore()
 	statW.Close()
 	if err != nil {
+		unix.Close(statR)
 		return fmt.Errorf("root user: start broker: %w", err)
 	}
 	// Not waited for: stage 1 becomes the agent, whose reaper collects it.
+	// The read end goes to stage 2 (cleared close-on-exec only now, so the
+	// broker never held it).
+	if _, err := unix.FcntlInt(uintptr(statR), unix.F_SETFD, 0); err != nil {
+		cmd.Process.Kill()
+		unix.Close(statR)
+		return fmt.Errorf("root user: status pipe: %w", err)
+	}
+	cfg.BrokerFD = statR
+	return nil
+}
+
+// brokerStartTimeout bounds stage 2's wait for the broker.
+const brokerStartTimeout = 10 * time.Second
+
+// waitRootBroker waits, in stage 2, until the broker started by stage 1
+// reports on fd that it listens, and closes fd (user code must not inherit
+// it). A broker that fails, dies or takes longer than brokerStartTimeout
+// fails the sandbox's start; it is killed with the sandbox's cgroup.
+func waitRootBroker(fd int) error {
+	f := os.NewFile(uintptr(fd), "broker status")
+	defer f.Close()
 	type result struct {
 		b   []byte
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		b, err := io.ReadAll(io.LimitReader(statR, 4096))
+		b, err := io.ReadAll(io.LimitReader(f, 4096))
 		ch <- result{b, err}
 	}()
 	select {
@@ -221,8 +259,7 @@ func startRootBroker(cfg *childConfig) error {
 		if s := strings.TrimSpace(string(r.b)); s != "ready" {
 			return fmt.Errorf("root user: broker: %q", s)
 		}
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
+	case <-time.After(brokerStartTimeout):
 		return errors.New("root user: broker did not start within 10s")
 	}
 	return nil
@@ -323,6 +360,10 @@ func rootStage4(cfg *childConfig) {
 		os.Exit(1)
 	}
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	if os.Getenv(brokerFailEnv) != "" {
+		fmt.Fprintf(st, "error: failing as asked (%s)\n", brokerFailEnv)
+		os.Exit(1)
+	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
 	if err == nil {
 		err = os.Chmod(RootSocket, 0o666)

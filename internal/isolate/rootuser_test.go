@@ -50,6 +50,24 @@ func runRootUserChecks() int {
 			fmt.Printf("ok %s\n", name)
 		}
 	}
+	// First, before any check starts a process: stage 2 waited for the
+	// broker on a pipe kept open across stage 1's re-exec, and the test
+	// holds a pipe without close-on-exec; neither may reach the init (fd 3
+	// is the test's ExtraFiles).
+	check("no stray pipe (the broker's status, the caller's) reaches the sandbox", func() error {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			n, _ := strconv.Atoi(e.Name())
+			l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+			if n > 3 && strings.HasPrefix(l, "pipe:") {
+				return fmt.Errorf("fd %d is %s", n, l)
+			}
+		}
+		return nil
+	}())
 	want := func(args []string, wantOut string, wantCode int) error {
 		out, code := sudo(args...)
 		if code != wantCode || (wantOut != "*" && out != wantOut) {
@@ -232,6 +250,14 @@ func TestRootUser(t *testing.T) {
 	}
 	defer extraR.Close()
 	defer extraW.Close()
+	// A pipe this process holds without close-on-exec (as a caller may have
+	// inherited one): it must not reach the sandbox either.
+	var stray [2]int
+	if err := unix.Pipe2(stray[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(stray[0])
+	defer unix.Close(stray[1])
 	done := make(chan struct{})
 	var p *Process
 	var out io.Reader
@@ -268,6 +294,20 @@ func TestRootUser(t *testing.T) {
 	p2.Wait()
 	if _, err := Start(context.Background(), Spec{Args: []string{"isolate.test"}, HostRootUID: 5, HostRootGID: 0}); err == nil {
 		t.Error("HostRootUID without HostRootGID accepted")
+	}
+}
+
+// TestRootBrokerFails: stage 1 no longer waits for the broker (stage 2
+// does, so its start overlaps); a broker that fails must still fail the
+// sandbox's start, with its reason, and nothing may run inside.
+func TestRootBrokerFails(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testdep.Require(t, false, "a root user needs a root caller")
+	}
+	_, err := Start(context.Background(), Spec{Args: []string{"isolate.test"}, Env: []string{"ISOLATE_TEST_MODE=exit7", brokerFailEnv + "=1"},
+		HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID})
+	if err == nil || !strings.Contains(err.Error(), "broker") || !strings.Contains(err.Error(), "failing as asked") {
+		t.Fatalf("Start with a failing broker: %v, want the broker's error", err)
 	}
 }
 

@@ -64,11 +64,16 @@ func runAgent() int {
 	for k, v := range env {
 		os.Setenv(k, v)
 	}
-	if cfg.KernelTag != "" {
+	if cfg.KernelBytecodeFD > 2 {
 		// Before the first kernel starts: it imports this instead of
-		// compiling its source. Best effort, as it's only an optimisation.
-		_ = kernel.InstallBytecode("", cfg.KernelTag, cfg.KernelPyc)
-		cfg.KernelPyc = nil
+		// compiling its source. Best effort, as it's only an optimisation;
+		// the fd (a host file) is closed before anything runs here.
+		f := os.NewFile(uintptr(cfg.KernelBytecodeFD), "kernel bytecode")
+		tag, pyc, err := parseKernelBytecode(f)
+		f.Close()
+		if err == nil {
+			_ = kernel.InstallBytecode("", tag, pyc)
+		}
 		trace.Mark("agent: kernel bytecode installed")
 	}
 	go agent.ReapOrphans()

@@ -101,17 +101,15 @@ func compileKernel(ctx context.Context, python, path string) error {
 	return err
 }
 
-// readKernelBytecode reads what kernelBytecodePath named (in the
-// supervisor).
-func readKernelBytecode(path string) (tag string, pyc []byte, err error) {
-	f, err := os.Open(path)
+// parseKernelBytecode reads a file that compileKernel wrote (in the agent,
+// from the fd the supervisor passed): its tag line, then the pyc.
+func parseKernelBytecode(r io.Reader) (tag string, pyc []byte, err error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxKernelBytecode+1))
 	if err != nil {
 		return "", nil, err
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 8<<20))
-	if err != nil {
-		return "", nil, err
+	if len(b) > maxKernelBytecode {
+		return "", nil, errors.New("kernel bytecode: file too large")
 	}
 	t, p, ok := bytes.Cut(b, []byte("\n"))
 	if !ok {
@@ -119,3 +117,7 @@ func readKernelBytecode(path string) (tag string, pyc []byte, err error) {
 	}
 	return string(t), p, nil
 }
+
+// maxKernelBytecode bounds the bytecode file the agent reads (the kernel's
+// own bound, 4 MiB, plus its tag).
+const maxKernelBytecode = 4<<20 + 256

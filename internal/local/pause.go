@@ -346,7 +346,7 @@ func (i *instance) Resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", i.id, err)
 	}
-	exe, err := os.Executable()
+	exe, err := sandboxBinary(ctx)
 	if err != nil {
 		return err
 	}
@@ -370,7 +370,7 @@ func startShim(ctx context.Context, exe string, ss shimSpec) error {
 	defer readyR.Close()
 	cmd := exec.Command(exe)
 	cmd.Args = []string{"code-sandboxes-shim", filepath.Base(ss.Dir)}
-	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
+	cmd.Env = append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,6 +31,15 @@ const (
 	// shimSpecEnv carries the shim's spec as JSON.
 	shimSpecEnv = "CODE_SANDBOXES_SHIM_SPEC"
 )
+
+// sandboxGoEnv is the Go runtime's settings for every process of a
+// sandbox that runs this binary (supervisor, agent, root broker), in their
+// environment so they hold from the runtime's first instruction: one P, so
+// no extra threads (Ms) or GC workers get started during package inits that
+// an idle process would then keep (each thread counts against pid_max and
+// the sandbox's pids limit). The agent clears its environment before it
+// starts anything, so user code doesn't see them.
+var sandboxGoEnv = []string{"GOMAXPROCS=1"}
 
 // shimSpec is what Create hands the shim.
 type shimSpec struct {
@@ -70,10 +80,10 @@ type agentConfig struct {
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// NoPrewarm leaves the default kernel to start on first use.
 	NoPrewarm bool `json:"no_prewarm,omitempty"`
-	// KernelTag and KernelPyc are the kernel's bytecode, for the agent to
-	// put where the kernel looks (kernel.InstallBytecode).
-	KernelTag string `json:"kernel_tag,omitempty"`
-	KernelPyc []byte `json:"kernel_pyc,omitempty"`
+	// KernelBytecodeFD is the agent's fd of the kernel's bytecode file
+	// (bytecode.go: the tag, a newline, the pyc), for the agent to put where
+	// the kernel looks (kernel.InstallBytecode); 0 = none.
+	KernelBytecodeFD int `json:"kernel_bytecode_fd,omitempty"`
 }
 
 // Main runs the role this process was re-executed for, if any, and exits.
@@ -90,6 +100,9 @@ func Main() {
 		os.Exit(runAgent())
 	case roleGVisorAgent:
 		os.Exit(ctragent.Run("gvisor agent", runInGVisor))
+	case roleFingerprint:
+		fmt.Println(protocolFingerprint())
+		os.Exit(0)
 	}
 }
 
@@ -172,7 +185,7 @@ func runShim() int {
 		// started (go run removes its temporary build).
 		Path:          "/proc/self/exe",
 		Args:          []string{"code-sandboxes-agent"},
-		Env:           []string{roleEnv + "=" + roleAgent},
+		Env:           append([]string{roleEnv + "=" + roleAgent}, sandboxGoEnv...),
 		ExtraFiles:    []*os.File{lnFile, cfgR},
 		Stdout:        logf,
 		Stderr:        logf,
@@ -197,25 +210,37 @@ func runShim() int {
 	// process to be scheduled again. (A goroutine: a config bigger than the
 	// pipe's buffer would block until the agent reads; if the agent never
 	// comes up the write fails with EPIPE once cfgR is closed below.)
+	var pycFile *os.File
 	if spec.KernelBytecode != "" {
-		// Best effort: without it the kernel compiles its source.
-		spec.Agent.KernelTag, spec.Agent.KernelPyc, _ = readKernelBytecode(spec.KernelBytecode)
+		// The kernel's bytecode goes to the agent as the cache file itself
+		// (read-only; the agent reads it and closes it before anything runs
+		// in the sandbox), not inside the config: 150 KiB as base64 JSON
+		// cost both processes CPU and the agent's heap the garbage. Best
+		// effort: without it the kernel compiles its source.
+		if f, err := os.Open(spec.KernelBytecode); err == nil {
+			pycFile = f
+			ispec.ExtraFiles = append(ispec.ExtraFiles, f)
+			spec.Agent.KernelBytecodeFD = 2 + len(ispec.ExtraFiles)
+		}
 	}
 	go func() {
 		_ = json.NewEncoder(cfgW).Encode(spec.Agent)
 		cfgW.Close()
 	}()
 	if tf := trace.File(); tf != nil {
-		// The trace fd is the agent's fd 5 (after the listener and the
-		// config); the agent seals it from its children.
+		// The trace fd follows the others; the agent seals it from its
+		// children.
 		ispec.ExtraFiles = append(ispec.ExtraFiles, tf)
-		ispec.Env = append(ispec.Env, trace.FDEnv+"=5")
+		ispec.Env = append(ispec.Env, trace.FDEnv+"="+strconv.Itoa(2+len(ispec.ExtraFiles)))
 	}
 	trace.Mark("shim: listening, isolate.Start")
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.
 	proc, err := isolate.Start(context.Background(), ispec)
 	trace.Mark("shim: isolate.Start returned")
+	if pycFile != nil {
+		pycFile.Close()
+	}
 	cfgR.Close()
 	lnFile.Close()
 	if err != nil {

@@ -151,7 +151,7 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.
 	if err != nil {
 		return nil, err
 	}
-	exe, err := os.Executable()
+	exe, err := sandboxBinary(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -173,7 +173,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	if senv.Rootfs == "" {
 		ss.KernelBytecode = kernelBytecodePath(opts.Python)
 	}
-	exe, err := os.Executable()
+	exe, err := sandboxBinary(ctx)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -191,7 +191,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	}
 	cmd := exec.Command(exe)
 	cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
-	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
+	cmd.Env = append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
 	cmd.ExtraFiles = []*os.File{readyW}
 	if owner != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, owner) // the shim's fd 4

@@ -1,0 +1,154 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+)
+
+// SandboxBinaryEnv names a binary to run a sandbox's own processes (the
+// supervisor, the agent, the root user's broker and sudo) instead of the
+// calling program: cmd/code-sandboxes-sandbox, or any program that imports
+// this package (or the root one) and so dispatches the roles from its
+// package inits.
+//
+// Every run of the binary pays every package init it links: a program that
+// also links, say, the Kubernetes client pays ~10–30 ms of inits and 3–4 MiB
+// of heap in each of a sandbox's three to five Go processes. A lean binary
+// here keeps both to what the local variant needs.
+//
+// The binary must speak this build's protocol (the supervisor's spec, the
+// agent's config, the record): it is asked for its fingerprint once per
+// process and binary, and a mismatch fails Create with what to do.
+const SandboxBinaryEnv = "CODE_SANDBOXES_SANDBOX_BINARY"
+
+// roleFingerprint: print protocolFingerprint and exit (sandboxBinary's check).
+const roleFingerprint = "fingerprint"
+
+// protocolVersion is bumped when what the caller and the sandbox's
+// processes exchange changes in a way the types below don't show (fd
+// numbers, environment variables, file names).
+const protocolVersion = 2
+
+// protocolFingerprint identifies what the caller and a sandbox's processes
+// exchange: protocolVersion and the shape (field names, types, JSON tags)
+// of every message between them.
+var protocolFingerprint = sync.OnceValue(func() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "v%d\n", protocolVersion)
+	seen := map[reflect.Type]bool{}
+	for _, v := range []any{shimSpec{}, shimReport{}, record{}, agentConfig{}} {
+		describeType(&b, reflect.TypeOf(v), seen)
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:12])
+})
+
+func describeType(b *strings.Builder, t reflect.Type, seen map[reflect.Type]bool) {
+	fmt.Fprintf(b, "%s %s %s\n", t.PkgPath(), t.String(), t.Kind())
+	if seen[t] {
+		return
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			fmt.Fprintf(b, " %s %q\n", f.Name, f.Tag)
+			describeType(b, f.Type, seen)
+		}
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+		if t.Kind() == reflect.Map {
+			describeType(b, t.Key(), seen)
+		}
+		describeType(b, t.Elem(), seen)
+	}
+}
+
+// fingerprintTimeout bounds the run of the sandbox binary that reports its
+// fingerprint.
+const fingerprintTimeout = 10 * time.Second
+
+// checkedBinary is a sandbox binary that reported our fingerprint, pinned
+// by its file's identity (a replaced or rebuilt binary is asked again).
+type checkedBinary struct {
+	path      string
+	dev, ino  uint64
+	size      int64
+	mtime     time.Time
+	checkedOK bool
+}
+
+var (
+	sandboxBinMu   sync.Mutex
+	sandboxBinSeen checkedBinary
+)
+
+// sandboxBinary returns the binary a sandbox's processes run: the one
+// SandboxBinaryEnv names, once checked, else this program.
+func sandboxBinary(ctx context.Context) (string, error) {
+	p := os.Getenv(SandboxBinaryEnv)
+	if p == "" {
+		return os.Executable()
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%s=%q: %w: give an absolute path", SandboxBinaryEnv, p, sberr.ErrInvalidConfig)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", SandboxBinaryEnv, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s=%q: %w: not a regular file", SandboxBinaryEnv, p, sberr.ErrInvalidConfig)
+	}
+	id := checkedBinary{path: p, dev: st.Dev, ino: st.Ino, size: fi.Size(), mtime: fi.ModTime(), checkedOK: true}
+	sandboxBinMu.Lock()
+	defer sandboxBinMu.Unlock()
+	if sandboxBinSeen == id {
+		return p, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p)
+	cmd.Args = []string{"code-sandboxes-fingerprint"}
+	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleFingerprint)
+	var out bytes.Buffer
+	cmd.Stdout = &limitedBuffer{buf: &out, left: 256}
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s=%q: asking its protocol: %w (it must import github.com/code-sandboxes/code-sandboxes, as cmd/code-sandboxes-sandbox does)", SandboxBinaryEnv, p, err)
+	}
+	if got, want := strings.TrimSpace(out.String()), protocolFingerprint(); got != want {
+		return "", fmt.Errorf("%s=%q: %w: it speaks protocol %q, this program %q: rebuild it from the same source (go build ./cmd/code-sandboxes-sandbox)", SandboxBinaryEnv, p, sberr.ErrInvalidConfig, got, want)
+	}
+	sandboxBinSeen = id
+	return p, nil
+}
+
+// limitedBuffer keeps the first left bytes written and drops the rest.
+type limitedBuffer struct {
+	buf  *bytes.Buffer
+	left int
+}
+
+func (l *limitedBuffer) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) > l.left {
+		p = p[:l.left]
+	}
+	l.buf.Write(p)
+	l.left -= len(p)
+	return n, nil
+}
