@@ -43,6 +43,10 @@ type Identity struct {
 // pauseCtl is a pausable agent's side of the handshake.
 type pauseCtl struct {
 	dir string
+	// owner, when set, is the agent's own uid, which owns CtlDir: the
+	// handshake's files and socket are made and read as that uid
+	// (owncreds.go).
+	owner int
 	// fd is CtlDir opened while still root: once the agent is the sandbox
 	// user it can't search the root-owned run directory any more, and
 	// reaches CtlDir through /proc/self/fd/fd instead.
@@ -62,7 +66,30 @@ func openPauseCtl(runDir string) (*pauseCtl, error) {
 	return &pauseCtl{dir: dir, fd: fd}, nil
 }
 
+// setOwner says that CtlDir is uid's (nil-safe). The agent then reaches
+// it by its path (the run directory above it is searchable, CtlDir is
+// that uid's alone) and lets go of its descriptor: one code in the
+// sandbox could open again through /proc/1/fd.
+func (p *pauseCtl) setOwner(uid int) {
+	if p != nil {
+		p.owner = uid
+		_ = syscall.Close(p.fd)
+		p.fd = -1
+	}
+}
+
+// as runs fn as CtlDir's owner.
+func (p *pauseCtl) as(fn func() error) error {
+	if p.owner == 0 {
+		return fn()
+	}
+	return asUID(p.owner, fn)
+}
+
 func (p *pauseCtl) path(name string) string {
+	if p.fd < 0 {
+		return filepath.Join(p.dir, name)
+	}
 	return "/proc/self/fd/" + strconv.Itoa(p.fd) + "/" + name
 }
 
@@ -79,12 +106,17 @@ const RequestFile = "request"
 // request).
 func (p *pauseCtl) requested(what string) bool {
 	f := p.path(RequestFile)
-	b, err := os.ReadFile(f)
-	if err != nil || strings.TrimSpace(string(b)) != what {
-		return false
-	}
-	_ = os.Remove(f)
-	return true
+	ok := false
+	_ = p.as(func() error {
+		b, err := os.ReadFile(f)
+		if err != nil || strings.TrimSpace(string(b)) != what {
+			return nil
+		}
+		_ = os.Remove(f)
+		ok = true
+		return nil
+	})
+	return ok
 }
 
 // quiesce is the agent's Quiesce for this handshake (nil without one).
@@ -129,23 +161,31 @@ func (p *pauseCtl) quiesce(mode os.FileMode) *agent.Quiesce {
 			case <-resc:
 			default:
 			}
-			_ = os.WriteFile(p.path(QuiescedFile), []byte("1"), 0o600)
+			_ = p.as(func() error { return os.WriteFile(p.path(QuiescedFile), []byte("1"), 0o600) })
 		},
-		Relisten: func() (net.Listener, error) {
-			_ = os.Remove(p.path(QuiescedFile))
-			sock := p.path(SocketFile)
-			_ = os.Remove(sock)
-			old := syscall.Umask(int(^mode & 0o777))
-			defer syscall.Umask(old)
-			return net.Listen("unix", sock)
+		Relisten: func() (ln net.Listener, err error) {
+			err = p.as(func() error {
+				_ = os.Remove(p.path(QuiescedFile))
+				sock := p.path(SocketFile)
+				_ = os.Remove(sock)
+				old := syscall.Umask(int(^mode & 0o777))
+				defer syscall.Umask(old)
+				ln, err = net.Listen("unix", sock)
+				return err
+			})
+			return ln, err
 		},
 		Identity: func() (string, string, bool) {
 			f := p.path(IdentityFile)
-			b, err := os.ReadFile(f)
-			if err != nil {
+			var b []byte
+			if err := p.as(func() (err error) {
+				if b, err = os.ReadFile(f); err == nil {
+					_ = os.Remove(f)
+				}
+				return err
+			}); err != nil {
 				return "", "", false
 			}
-			_ = os.Remove(f)
 			var id Identity
 			if json.Unmarshal(b, &id) != nil || id.ID == "" || id.Token == "" {
 				return "", "", false
