@@ -24,8 +24,9 @@ import (
 // these signals too: all it gains is an agent that stops answering until
 // the next SIGUSR1, which it could get by killing its own sandbox anyway.
 const (
-	// CtlDir is the sandbox user's directory in the run directory where
-	// a pausable agent's socket and QuiescedFile are.
+	// CtlDir is the directory in the run directory where a pausable
+	// agent's socket and QuiescedFile are: the agent's own uid's
+	// (Config.AgentUID), or the sandbox user's without one.
 	CtlDir       = "ctl"
 	QuiescedFile = "quiesced"
 	// IdentityFile, written by the host before the restore of a fork,
@@ -53,10 +54,12 @@ type pauseCtl struct {
 	fd int
 }
 
-// openPauseCtl opens CtlDir, which the host made the sandbox user's and
-// group root's, 0770 (the agent binds it first as uid 0 and can't chown:
-// it only has SETUID and SETGID); the run directory above it is root's
-// alone, so code in the sandbox, the same uid, can't reach it.
+// openPauseCtl opens CtlDir, which the host made the agent's (its own uid,
+// or the sandbox user's) and group root's, 0770 (the agent binds it first
+// as uid 0 and can't chown: it only has SETUID and SETGID). With an agent
+// uid of its own the descriptor is let go (setOwner) and code in the
+// sandbox can't enter CtlDir; without one the run directory above it is
+// root's alone.
 func openPauseCtl(runDir string) (*pauseCtl, error) {
 	dir := filepath.Join(runDir, CtlDir)
 	fd, err := syscall.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
