@@ -10,6 +10,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // E2B's SnapshotInfo (201 of POST /sandboxes/{id}/snapshots): the ID is
@@ -265,5 +268,41 @@ func TestFixturePauseDebug(t *testing.T) {
 	defer sb.Close()
 	if err := sb.Pause(ctx); !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "debug") {
 		t.Errorf("pause in debug mode = %v", err)
+	}
+}
+
+// TestPauseAgainstOurServer: the variant's pause and resume against a real
+// E2B-compatible host (code-sandboxes serve, isolation gvisor): the
+// kernel's state survives.
+func TestPauseAgainstOurServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	_, err := exec.LookPath("runsc")
+	testdep.Require(t, err == nil, "gVisor's runsc (apt-get install runsc; make deps)")
+	testdep.Require(t, os.Geteuid() == 0, "root (isolation gvisor on the local variant runs runsc as root)")
+	t.Setenv("CODE_SANDBOXES_STATE_DIR", t.TempDir())
+	url := e2bServerWith(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx := ctxT(t, 3*time.Minute)
+	sb, err := sandboxes.Create(ctx, serverConfig(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if ex, err := sb.RunCode(ctx, "x = 40"); err != nil || ex.Error != nil {
+		t.Fatalf("x = 40: %v %v", err, ex)
+	}
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Status != sandboxes.StatusPaused {
+		t.Fatalf("Info after Pause: %q %v", info.Status, err)
+	}
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatalf("Resume: %v", err)
+	}
+	ex, err := sb.RunCode(ctx, "x + 2")
+	if err != nil || ex.Error != nil || ex.Text() != "42" {
+		t.Fatalf("x + 2 after resume: %v %+v", err, ex)
 	}
 }
