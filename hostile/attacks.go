@@ -207,7 +207,7 @@ else:
 		// non-dumpable flag to the same uid's reads of environ, auxv, maps,
 		// smaps and fd, and the agent's pipes open through /proc/1/fd/N.
 		userSpaceKernelGap: "gVisor doesn't apply the agent's PR_SET_DUMPABLE 0 to same-uid code: /proc/1 (and each task's) environ (no secret in it), auxv, maps, smaps and the fd list are readable and the agent's pipes open through /proc/1/fd/N; mem, cwd, root, exe stay refused",
-		// Where the agent has a uid of its own (the local variant under
+		// Where the agent has a uid of its own (local and docker under
 		// gVisor), gVisor's /proc still lists its descriptors and shows
 		// environ and auxv (mode 0444 whoever the owner: measured), but
 		// none of its descriptors opens: its pipes and directories are

@@ -62,7 +62,7 @@ type Options struct {
 	// gap on the agent's non-dumpable flag (SECURITY.md, Isolation gvisor).
 	UserSpaceKernel bool
 	// AgentOwnUID: the agent keeps what it must from the sandbox's code
-	// under a uid of its own (the local variant under gVisor): under a
+	// under a uid of its own (local and docker under gVisor): under a
 	// user-space kernel its descriptors are probed rather than skipped.
 	AgentOwnUID bool
 	// HostCPU returns the CPU time sb's processes used so far, measured on

@@ -20,6 +20,9 @@ import (
 	"syscall"
 )
 
+// GVisorAgentUID is the agent's own uid under gVisor (local and docker).
+const GVisorAgentUID = 999
+
 // asUID runs fn on a locked thread whose effective uid is uid (the
 // agent's saved uid), then gives the thread back its effective uid. A
 // thread whose uid could not be restored stays locked, so that it ends

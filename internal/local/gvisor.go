@@ -70,7 +70,7 @@ const (
 	// saved uid; ctragent/owncreds.go): its pause directory and the
 	// kernels' protocol pipes are that uid's, out of the sandbox user's
 	// reach.
-	gvisorAgentUID = 999
+	gvisorAgentUID = ctragent.GVisorAgentUID
 )
 
 // findRunsc returns the runsc binary to use.
