@@ -14,7 +14,8 @@ const StatusPaused = "paused"
 // variables, memory and files — to disk and ends its processes: a paused
 // sandbox costs no memory and its lifetime clock stops. Resume brings it
 // back under the same id. The local variant pauses sandboxes created with
-// isolation gvisor and network none (gVisor's checkpoint); everything else
+// isolation gvisor and network none (gVisor's checkpoint), the e2b variant
+// through E2B's API (pause, then connect to resume); everything else
 // answers ErrNotSupported with the reason. If ctx ends during a pause, the
 // pause goes on: the sandbox ends up paused or running (Info says which),
 // never half.
@@ -61,8 +62,9 @@ func pauseRefusal(variant string) string {
 // Snapshot keeps the sandbox's whole state under name (the sandbox is
 // paused for as long as it takes, then runs on). Create with
 // Config.Snapshot = name starts a new sandbox from it, as many times as
-// wanted: a fork. Local variant, isolation gvisor and network none only;
-// ErrNotSupported with the reason elsewhere.
+// wanted: a fork. Local variant (isolation gvisor and network none) and
+// e2b variant (an E2B snapshot, a template of that name); ErrNotSupported
+// with the reason elsewhere.
 func (s *Sandbox) Snapshot(ctx context.Context, name string) error {
 	if _, err := s.conn(); err != nil {
 		return err

@@ -34,6 +34,10 @@ type probeCase struct {
 	// userSpaceKernelGap: under a user-space kernel the case is skipped with
 	// this reason: a known gap, documented in SECURITY.md (Isolation gvisor).
 	userSpaceKernelGap string
+	// agentUIDCloses: the gap above is closed where the agent keeps what
+	// it must under a uid of its own (Options.AgentOwnUID): the case runs
+	// there (the probe sees AGENT_OWN_UID).
+	agentUIDCloses bool
 }
 
 // probeLib is prepended to every probe: syscall numbers and reporting.
@@ -108,12 +112,14 @@ func (c *suite) runProbe(t *testing.T, p probeCase) {
 	if p.limits && !c.o.Limits {
 		t.Skip("the variant does not enforce Config's limits")
 	}
-	if c.o.UserSpaceKernel && p.userSpaceKernelGap != "" {
+	if c.o.UserSpaceKernel && p.userSpaceKernelGap != "" && !(p.agentUIDCloses && c.o.AgentOwnUID) {
 		t.Skip("known gap under a user-space kernel (SECURITY.md, Isolation gvisor): " + p.userSpaceKernelGap)
 	}
 	// USER_SPACE_KERNEL tells a probe that the Sentry, not the host's
-	// kernel, answers (Options.UserSpaceKernel).
-	code := probeLib + fmt.Sprintf("USER_SPACE_KERNEL = %s\n", map[bool]string{true: "True", false: "False"}[c.o.UserSpaceKernel]) + p.code
+	// kernel, answers (Options.UserSpaceKernel); AGENT_OWN_UID that the
+	// agent has a uid of its own (Options.AgentOwnUID).
+	pyBool := map[bool]string{true: "True", false: "False"}
+	code := probeLib + fmt.Sprintf("USER_SPACE_KERNEL = %s\nAGENT_OWN_UID = %s\n", pyBool[c.o.UserSpaceKernel], pyBool[c.o.AgentOwnUID]) + p.code
 	sb := c.victim
 	if c.o.UserSpaceKernel && p.mayEndAgent {
 		sb = c.create(t, nil)
@@ -201,12 +207,74 @@ else:
 		// non-dumpable flag to the same uid's reads of environ, auxv, maps,
 		// smaps and fd, and the agent's pipes open through /proc/1/fd/N.
 		userSpaceKernelGap: "gVisor doesn't apply the agent's PR_SET_DUMPABLE 0 to same-uid code: /proc/1 (and each task's) environ (no secret in it), auxv, maps, smaps and the fd list are readable and the agent's pipes open through /proc/1/fd/N; mem, cwd, root, exe stay refused",
+		// Where the agent has a uid of its own (local and docker under
+		// gVisor), gVisor's /proc still lists its descriptors and shows
+		// environ and auxv (mode 0444 whoever the owner: measured), but
+		// none of its descriptors opens: its pipes and directories are
+		// that uid's. Descriptors a process of the sandbox's code holds
+		// too (a kernel's stdout and stderr, a command's pipes) are that
+		// code's own on every variant, not the agent's.
+		agentUIDCloses: true,
 		code: `
 tids = sorted(os.listdir('/proc/1/task'))
+shared = set()
+if USER_SPACE_KERNEL and AGENT_OWN_UID:
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or pid == '1' or pid in tids:
+            continue
+        try:
+            for fd in os.listdir('/proc/%s/fd' % pid):
+                # What that process's own entry opens is the sandbox
+                # code's anyway.
+                p = '/proc/%s/fd/%s' % (pid, fd)
+                try:
+                    target = os.readlink(p)
+                    os.close(os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY))
+                    shared.add(target)
+                except OSError:
+                    pass
+        except OSError:
+            pass
+accepted = {}
+def accept(kind, p):
+    accepted.setdefault(kind, []).append(p)
+def reopen(what, p):
+    try:
+        target = os.readlink(p)
+    except OSError as e:
+        ok(what, 'readlink refused ' + en(e.errno)); return
+    if target in shared:
+        accept('open through a process of the sandbox code too (a kernel\'s stdout or stderr, a command\'s pipe)', what); return
+    for mode in (os.O_RDONLY, os.O_WRONLY):
+        try:
+            fd = os.open(p, mode | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError as e:
+            ok(what, '%s refused %s' % (target, en(e.errno))); continue
+        st = os.fstat(fd)
+        os.close(fd)
+        if stat_mod.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) in ((1, 3), (1, 5)):
+            ok(what, '%s opens: /dev/null or /dev/zero' % target)
+        else:
+            bad(what, '%s opened (mode %o)' % (target, mode))
+import stat as stat_mod
 for tid in tids:
     for base in ('/proc/1/task/%s' % tid, '/proc/%s' % tid):
         for f in ('mem', 'environ', 'cwd', 'root', 'fd', 'map_files', 'exe', 'stack', 'syscall', 'auxv', 'pagemap'):
             p = base + '/' + f
+            if USER_SPACE_KERNEL and AGENT_OWN_UID and f in ('environ', 'auxv', 'fd'):
+                try:
+                    names = os.listdir(p) if f == 'fd' else None
+                    if f != 'fd':
+                        with open(p, 'rb') as fh:
+                            data = fh.read()
+                        accept('readable under gVisor (mode 0444 whatever the owner; no secret in it)', p)
+                        continue
+                except OSError as e:
+                    ok(p, 'refused ' + en(e.errno)); continue
+                accept('listed under gVisor', p)
+                for n in names:
+                    reopen(p + '/' + n, p + '/' + n)
+                continue
             def probe(p=p):
                 if f in ('cwd', 'root', 'exe'):
                     return os.readlink(p)
@@ -215,6 +283,8 @@ for tid in tids:
                 with open(p, 'rb') as fh:
                     return len(fh.read(64))
             absent_or_refused(p, probe)
+for kind, ps in sorted(accepted.items()):
+    na('%d entries' % len(ps), kind + ', e.g. ' + ps[0])
 `,
 	},
 	{

@@ -68,6 +68,7 @@ func TestHostileOnDockerGVisor(t *testing.T) {
 		SameHost:        true,
 		Limits:          true,
 		UserSpaceKernel: true,
+		AgentOwnUID:     true,
 		Created:         d.created,
 		Secrets: func(t *testing.T, sb *sandboxes.Sandbox) []string {
 			return []string{d.token(t, sb.ID())}

@@ -61,6 +61,10 @@ type Options struct {
 	// ioctls, no core_pattern or /proc/sysvipc, its exec limits, and its
 	// gap on the agent's non-dumpable flag (SECURITY.md, Isolation gvisor).
 	UserSpaceKernel bool
+	// AgentOwnUID: the agent keeps what it must from the sandbox's code
+	// under a uid of its own (local and docker under gVisor): under a
+	// user-space kernel its descriptors are probed rather than skipped.
+	AgentOwnUID bool
 	// HostCPU returns the CPU time sb's processes used so far, measured on
 	// the host (its cgroup); nil = measured inside (getrusage).
 	HostCPU func(t *testing.T, sb *sandboxes.Sandbox) time.Duration

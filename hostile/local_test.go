@@ -207,6 +207,7 @@ func TestHostileLocalGVisor(t *testing.T) {
 	cfg.Isolation = sandboxes.IsolationGVisor
 	o := localOptions()
 	o.UserSpaceKernel = true
+	o.AgentOwnUID = true
 	o.HostCPU = func(t *testing.T, sb *sandboxes.Sandbox) time.Duration {
 		// cpuacct.usage (v1, ns) or cpu.stat's usage_usec (v2) of the
 		// cgroup runsc put the whole gVisor sandbox in.

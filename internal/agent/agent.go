@@ -61,6 +61,9 @@ type Config struct {
 	Prewarm bool
 	// Quiesce, when set, lets the host checkpoint the sandbox (quiesce.go).
 	Quiesce *Quiesce
+	// ProtocolPipe makes the kernels' command and event pipes
+	// (kernel.Options.ProtocolPipe); nil = os.Pipe.
+	ProtocolPipe func() (r, w *os.File, err error)
 }
 
 // Server is one agent.
@@ -134,7 +137,7 @@ func New(cfg Config) *Server {
 		if err := kernel.CheckLanguage(context.Background(), language, env); err != nil {
 			return nil, err
 		}
-		return kernel.NewSession(kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language}), nil
+		return kernel.NewSession(kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language, ProtocolPipe: cfg.ProtocolPipe}), nil
 	})
 	s.mux = http.NewServeMux()
 	s.routes()

@@ -22,6 +22,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
@@ -70,6 +72,11 @@ type Config struct {
 	// close it before a checkpoint and open it again after a restore
 	// (quiesce.go): the local variant under gVisor sets it.
 	Pausable bool `json:"pausable,omitempty"`
+	// AgentUID, when set (the local variant under gVisor), is a uid of the
+	// agent's own, kept as its saved uid: what the agent must keep from
+	// the sandbox's code, which runs as its real and effective uid, is
+	// made under it (owncreds.go).
+	AgentUID int `json:"agent_uid,omitempty"`
 }
 
 func fail(name, format string, a ...any) int {
@@ -145,8 +152,23 @@ func Run(name, runDir string) int {
 // sandbox's user namespace (RunInner). q (nil unless cfg.Pausable) and mode
 // are for closing and reopening the socket around a checkpoint.
 func serve(name string, ln net.Listener, cfg Config, q *pauseCtl, mode os.FileMode) int {
-	if err := DropPrivileges(); err != nil {
+	saved := sandboxUID
+	if cfg.AgentUID != 0 {
+		if cfg.AgentUID == sandboxUID || cfg.AgentUID < 0 || cfg.AgentUID > 65533 {
+			return fail(name, "agent uid %d: it must be a uid of its own", cfg.AgentUID)
+		}
+		saved = cfg.AgentUID
+	}
+	if err := dropPrivilegesTo(sandboxUID, sandboxGID, saved); err != nil {
 		return fail(name, "dropping privileges: %v", err)
+	}
+	var protocolPipe func() (*os.File, *os.File, error)
+	if cfg.AgentUID != 0 {
+		q.setOwner(cfg.AgentUID)
+		protocolPipe = func() (r, w *os.File, err error) {
+			err = asUID(cfg.AgentUID, func() error { r, w, err = os.Pipe(); return err })
+			return r, w, err
+		}
 	}
 	// /proc/1/{mem,environ,fd} closed to user code, which runs as our uid.
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
@@ -169,6 +191,13 @@ func serve(name string, ln net.Listener, cfg Config, q *pauseCtl, mode os.FileMo
 	for k, v := range agent.SandboxEnv(cfg.Env) {
 		os.Setenv(k, v)
 	}
+	// Our stdin is the runtime's (under gVisor a host descriptor, which
+	// code in the sandbox could open again through /proc/1/fd/0): this
+	// sandbox's own /dev/null instead.
+	if f, err := os.Open(os.DevNull); err == nil {
+		_ = unix.Dup2(int(f.Fd()), 0)
+		f.Close()
+	}
 	if err := os.Chdir("/"); err != nil {
 		return fail(name, "chdir /: %v", err)
 	}
@@ -179,7 +208,7 @@ func serve(name string, ln net.Listener, cfg Config, q *pauseCtl, mode os.FileMo
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
-		Quiesce: q.quiesce(mode),
+		Quiesce: q.quiesce(mode), ProtocolPipe: protocolPipe,
 	})
 	// Returning ends the container (we are its init), which the engine then
 	// removes (AutoRemove): that is how the lifetime ends a sandbox.
@@ -229,7 +258,11 @@ func DropPrivileges() error { return DropPrivilegesTo(sandboxUID, sandboxGID) }
 
 // DropPrivilegesTo is DropPrivileges to uid and gid (the outer init of a
 // sandbox with a host uid of its own becomes that uid).
-func DropPrivilegesTo(uid, gid int) error {
+func DropPrivilegesTo(uid, gid int) error { return dropPrivilegesTo(uid, gid, uid) }
+
+// dropPrivilegesTo is DropPrivilegesTo with saved as the saved uid (the
+// agent's own uid under gVisor, owncreds.go; uid otherwise).
+func dropPrivilegesTo(uid, gid, saved int) error {
 	if err := dropBoundingSet(); err != nil {
 		return err
 	}
@@ -239,12 +272,16 @@ func DropPrivilegesTo(uid, gid int) error {
 	if err := syscall.Setgid(gid); err != nil {
 		return fmt.Errorf("setgid(%d): %w", gid, err)
 	}
-	if err := syscall.Setuid(uid); err != nil {
-		return fmt.Errorf("setuid(%d): %w", uid, err)
+	if err := syscall.Setresuid(uid, uid, saved); err != nil {
+		return fmt.Errorf("setresuid(%d, %d, %d): %w", uid, uid, saved, err)
 	}
 	// Verify rather than trust: a half-done drop must not serve user code.
-	if syscall.Getuid() != uid || syscall.Geteuid() != uid || syscall.Getgid() != gid || syscall.Getegid() != gid {
-		return fmt.Errorf("ids after the drop: uid %d euid %d gid %d egid %d", syscall.Getuid(), syscall.Geteuid(), syscall.Getgid(), syscall.Getegid())
+	var ru, eu, su uint32
+	if _, _, e := syscall.RawSyscall(syscall.SYS_GETRESUID, uintptr(unsafe.Pointer(&ru)), uintptr(unsafe.Pointer(&eu)), uintptr(unsafe.Pointer(&su))); e != 0 {
+		return fmt.Errorf("getresuid: %w", e)
+	}
+	if int(ru) != uid || int(eu) != uid || int(su) != saved || syscall.Getgid() != gid || syscall.Getegid() != gid {
+		return fmt.Errorf("ids after the drop: uids %d %d %d gid %d egid %d", ru, eu, su, syscall.Getgid(), syscall.Getegid())
 	}
 	if err := syscall.Setuid(0); err == nil {
 		return errors.New("setuid(0) still succeeds after the drop")

@@ -46,4 +46,7 @@ func Main() {
 	}
 }
 
+// gvisorAgentUID: see ctragent.GVisorAgentUID.
+const gvisorAgentUID = ctragent.GVisorAgentUID
+
 func dropPrivileges(uid, gid int) error { return ctragent.DropPrivilegesTo(uid, gid) }

@@ -373,6 +373,12 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	if os.Geteuid() == 0 {
 		acfg.SocketMode = 0o600
 	}
+	if spec.Isolation == isolationGVisor {
+		// gVisor lets code of the agent's uid open the agent's
+		// descriptors: its kernels' protocol pipes are a uid of its own's
+		// (ctragent/owncreds.go).
+		acfg.AgentUID = gvisorAgentUID
+	}
 	if err := writeFileAtomic(filepath.Join(run, configFile), acfg); err != nil {
 		return nil, fmt.Errorf("writing the agent's config: %w", err)
 	}

@@ -59,6 +59,15 @@ func (e *APIError) Error() string {
 
 func (e *APIError) Unwrap() error { return e.kind }
 
+// asAPIError is the APIError in err's chain, or nil.
+func asAPIError(err error) *APIError {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return nil
+}
+
 // sandboxCreate is E2B's NewSandbox body.
 type sandboxCreate struct {
 	TemplateID          string            `json:"templateID"`

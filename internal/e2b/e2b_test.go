@@ -36,6 +36,12 @@ const testKey = "e2b_0123456789abcdef0123456789abcdef01234567"
 // the test fails if any sandbox was left behind.
 func e2bServer(t *testing.T) string {
 	t.Helper()
+	return e2bServerWith(t, nil)
+}
+
+// e2bServerWith is e2bServer whose sandboxes' Config mod changes.
+func e2bServerWith(t *testing.T, mod func(*sandboxes.Config)) string {
+	t.Helper()
 	if err := isolate.CheckSupport(); err != nil {
 		testdep.Require(t, false, "local sandboxes: "+err.Error())
 	}
@@ -43,8 +49,11 @@ func e2bServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey},
-		Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}})
+	scfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	if mod != nil {
+		mod(&scfg)
+	}
+	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: scfg})
 	if err != nil {
 		t.Fatal(err)
 	}

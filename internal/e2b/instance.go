@@ -29,6 +29,7 @@ type instance struct {
 
 	mu      sync.Mutex
 	proxies map[int]*http.Server
+	left    time.Duration // lifetime left at Pause, for Resume
 }
 
 func newInstance(c *conf, sb sandboxJSON) *instance {

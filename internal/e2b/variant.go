@@ -61,6 +61,16 @@ func template(spec driver.Spec) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if spec.Snapshot != "" {
+		// A fork: E2B's snapshots are templates (Sandbox.create(snapshotID)).
+		if err := checkSnapshotName(spec.Snapshot); err != nil {
+			return "", err
+		}
+		if opts.Template != "" || (spec.Environment != "" && spec.Environment != EnvironmentName) {
+			return "", fmt.Errorf("%w: Snapshot %q is the sandbox's whole state, its template included; unset Environment / e2b.Options.Template", sberr.ErrInvalidConfig, spec.Snapshot)
+		}
+		return spec.Snapshot, nil
+	}
 	env := spec.Environment
 	if env == EnvironmentName {
 		env = DefaultTemplate
@@ -152,6 +162,8 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 			var ae *APIError
 			if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && body.Network != nil {
 				ae.hint = "the host refused NetworkPolicy allowlist (network.allowOut) with the reason above"
+			} else if errors.As(err, &ae) && ae.Status == http.StatusNotFound && spec.Snapshot != "" {
+				ae.hint = fmt.Sprintf("snapshot %q does not exist on this E2B team (Sandbox.Snapshot makes one)", spec.Snapshot)
 			} else if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(strings.ToLower(ae.Message), "timeout") {
 				ae.hint = fmt.Sprintf("the sandbox's timeout is MaxLifetime (%ds here; 24h when unset); set a MaxLifetime your E2B plan allows", body.Timeout)
 			}

@@ -238,8 +238,9 @@ func startKernel(o *Options) (*kproc, error) {
 			f.Close()
 		}
 	}
+	mk := os.Pipe
 	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
+		r, w, err = mk()
 		if err == nil {
 			files = append(files, r, w)
 		}
@@ -253,6 +254,9 @@ func startKernel(o *Options) (*kproc, error) {
 	if err != nil {
 		closeAll()
 		return nil, err
+	}
+	if o.ProtocolPipe != nil {
+		mk = o.ProtocolPipe
 	}
 	cmdR, cmdW, err := pipe()
 	if err != nil {

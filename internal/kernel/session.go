@@ -69,6 +69,12 @@ type Options struct {
 	// ScriptDir is where kernel.py is written so Python can cache its
 	// bytecode; "" = the user cache dir. If unusable, the source goes in -c.
 	ScriptDir string
+	// ProtocolPipe makes the kernel's command and event pipes (fds 3 and
+	// 4, which carry the protocol: commands in, results and the end of
+	// each execution out); nil = os.Pipe. Under gVisor the agent makes
+	// them as a uid of its own, so that code in the sandbox can't open
+	// them again through /proc/<pid>/fd (SECURITY.md, Isolation gvisor).
+	ProtocolPipe func() (r, w *os.File, err error)
 }
 
 func (o *Options) language() string {

@@ -66,6 +66,11 @@ const (
 	// puts the whole sandbox in: it counts gVisor's own threads (the
 	// Sentry's, the gofer's) besides the sandbox's tasks.
 	gvisorPidsOverhead = 128
+	// gvisorAgentUID is the agent's own uid inside a gVisor sandbox (its
+	// saved uid; ctragent/owncreds.go): its pause directory and the
+	// kernels' protocol pipes are that uid's, out of the sandbox user's
+	// reach.
+	gvisorAgentUID = ctragent.GVisorAgentUID
 )
 
 // findRunsc returns the runsc binary to use.
@@ -188,15 +193,20 @@ func prepareGVisor(spec shimSpec) (_ *gvisorSandbox, bundle string, err error) {
 			return nil, "", err
 		}
 	}
-	// The agent's socket directory: the sandbox user's (the agent, no
-	// longer root, opens its socket there again after a restore) and
-	// group root's (the agent first binds it as uid 0 without
-	// CAP_DAC_OVERRIDE), inside run, which is root's alone.
+	// The agent's socket directory: the agent's own uid's (the agent, no
+	// longer root, opens its socket there again after a restore, as that
+	// uid: ctragent/owncreds.go) and group root's (the agent first binds
+	// it as uid 0 without CAP_DAC_OVERRIDE). run above it is root's and
+	// only searchable by others (0711): the agent, no longer root, walks
+	// through it; the sandbox user can't list it nor enter ctl.
 	ctl := filepath.Join(run, ctragent.CtlDir)
 	if err := os.Mkdir(ctl, 0o770); err != nil {
 		return nil, "", err
 	}
-	if err := os.Chown(ctl, isolate.SandboxUID, 0); err != nil {
+	if err := os.Chown(ctl, gvisorAgentUID, 0); err != nil {
+		return nil, "", err
+	}
+	if err := os.Chmod(run, 0o711); err != nil {
 		return nil, "", err
 	}
 	if err := os.Chmod(ctl, 0o770); err != nil {
@@ -207,7 +217,7 @@ func prepareGVisor(spec shimSpec) (_ *gvisorSandbox, bundle string, err error) {
 	acfg := ctragent.Config{ID: spec.Agent.ID, Token: spec.Agent.Token, Python: spec.Agent.Python, Workdir: spec.Agent.Workdir,
 		Env: spec.Agent.Env, Lifetime: spec.Agent.Lifetime, IdleTimeout: spec.Agent.IdleTimeout, NoPrewarm: spec.Agent.NoPrewarm,
 		// The host side is root: code in the sandbox can't even connect.
-		SocketMode: 0o600, Pausable: true}
+		SocketMode: 0o600, Pausable: true, AgentUID: gvisorAgentUID}
 	b, _ := json.Marshal(acfg)
 	if err := os.WriteFile(filepath.Join(run, ctragent.ConfigFile), b, 0o600); err != nil {
 		return nil, "", err
@@ -245,6 +255,13 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 	start := startGVisor
 	if spec.Restore {
 		start = restoreGVisor
+	}
+	if spec.Restore && spec.Image == "" {
+		lock, err := lockResume(dir)
+		if err != nil {
+			return fail(err)
+		}
+		defer lock.Close()
 	}
 	g, err := start(spec, logf, func(tun *os.File) error {
 		if tun == nil {
@@ -307,6 +324,7 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 	files := map[string]string{
 		"passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
 			"user:x:1000:100:user:/home/user:/bin/bash\n" +
+			"code-sandboxes-agent:x:999:65534::/nonexistent:/usr/sbin/nologin\n" +
 			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
 		"group":    "root:x:0:\nusers:x:100:user\nnogroup:x:65534:\n",
 		"hostname": hostname + "\n",
@@ -493,7 +511,7 @@ func (g *gvisorSandbox) Wait() (isolate.ExitInfo, error) {
 
 // Kill ends every process of the sandbox (runsc kill --all); it does not wait.
 func (g *gvisorSandbox) Kill() error {
-	out, err := g.runscCmd("kill", "--all", g.id, "KILL").CombinedOutput()
+	out, err := g.runscBounded(runscShortWait, nil, "kill", "--all", g.id, "KILL")
 	if err != nil && !bytes.Contains(out, []byte("not running")) {
 		// A wedged sandbox: its Sentry process is ours to end.
 		_ = syscall.Kill(g.pid, syscall.SIGKILL)
@@ -510,7 +528,7 @@ func (g *gvisorSandbox) destroy() {
 	if g.tun != nil {
 		g.tun.Close()
 	}
-	_ = g.runscCmd("delete", "--force", g.id).Run()
+	_, _ = g.runscBounded(runscShortWait, nil, "delete", "--force", g.id)
 }
 
 // cleanupGVisor is cleanupStale's part for a gVisor sandbox whose

@@ -56,9 +56,6 @@ const (
 	pauseResult = "pause.result"
 	// quiesceWait bounds how long the agent may take to close its socket.
 	quiesceWait = 10 * time.Second
-	// pauseWait bounds a whole pause (a checkpoint writes the sandbox's
-	// memory: seconds per GB on a slow disk).
-	pauseWait = 5 * time.Minute
 )
 
 // StatusPaused is Info.Status of a paused sandbox.
@@ -128,13 +125,12 @@ func (g *gvisorSandbox) checkpoint(dir string) error {
 	}
 	g.pause.mu.Lock()
 	defer g.pause.mu.Unlock()
-	out, err := g.runscCmd("checkpoint", "--image-path", img, g.id).CombinedOutput()
+	out, err := g.runscBounded(checkpointBound(r.Memory), nil, "checkpoint", "--image-path", img, g.id)
 	if err != nil {
-		_ = os.RemoveAll(img)
-		// runsc ends the sandbox on a failed checkpoint; if it still runs,
-		// it serves again.
-		_ = g.tellAgent(ctl, "resume", "USR1")
-		return fmt.Errorf("runsc checkpoint: %w: %s", err, firstLine(string(out)))
+		// runsc ends the sandbox on a failed checkpoint, and an abandoned
+		// one may leave it wedged: it serves again or is ended
+		// (pause_bound.go).
+		return g.checkpointFailed(dir, ctl, marker, img, fmt.Errorf("runsc checkpoint: %w: %s", err, firstLine(string(out))))
 	}
 	g.pause.ok = true
 	return nil
@@ -200,29 +196,29 @@ func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) 
 		if err := os.WriteFile(f, b, 0o600); err != nil {
 			return nil, err
 		}
-		if err := os.Chown(f, isolate.SandboxUID, isolate.SandboxGID); err != nil {
+		if err := os.Chown(f, ctlOwner(filepath.Dir(f)), isolate.SandboxGID); err != nil {
 			return nil, err
 		}
 		img = spec.Image
 	} else {
-		_ = g.runscCmd("delete", "--force", g.id).Run() // what the checkpointed one left
+		_, _ = g.runscBounded(runscShortWait, nil, "delete", "--force", g.id) // what the checkpointed one left
 	}
 	pidFile := filepath.Join(base, "pid")
 	_ = os.Remove(pidFile)
 	if img == "" {
 		return nil, fmt.Errorf("sandbox %s has no checkpoint", r.ID)
 	}
-	restore := g.runscCmd("restore", "--detach", "--bundle", filepath.Join(base, "bundle"),
-		"--image-path", img, "--pid-file", pidFile, g.id)
-	restore.Stdout, restore.Stderr = logf, logf
-	if err := restore.Run(); err != nil {
-		return nil, fmt.Errorf("runsc restore: %w", err)
-	}
+	// Deleted on any failure: a restore abandoned past its bound leaves a
+	// half-restored sandbox (pause_bound.go).
 	defer func() {
 		if err != nil {
 			g.destroy()
 		}
 	}()
+	if _, err := g.runscBounded(checkpointBound(r.Memory), logf, "restore", "--detach", "--bundle", filepath.Join(base, "bundle"),
+		"--image-path", img, "--pid-file", pidFile, g.id); err != nil {
+		return nil, fmt.Errorf("runsc restore: %w", err)
+	}
 	if g.pid, err = readPidFile(pidFile, "runsc restore"); err != nil {
 		return nil, err
 	}
@@ -307,12 +303,16 @@ func (i *instance) Pause(ctx context.Context) error {
 	if err := syscall.Kill(r.ShimPid, syscall.SIGUSR2); err != nil {
 		return fmt.Errorf("sandbox %s: signal its supervisor: %w", i.id, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, pauseWait)
+	ctx, cancel := context.WithTimeout(ctx, pauseWaitFor(r.Memory))
 	defer cancel()
 	for {
 		if b, err := os.ReadFile(res); err == nil && len(b) > 0 {
 			_ = os.Remove(res)
 			if s := string(b); s != "ok" {
+				if strings.Contains(s, "keeps running") {
+					// Its agent listens again: answer once it serves.
+					_ = i.waitHealthy(ctx, relistenWait)
+				}
 				return fmt.Errorf("%w: pause sandbox %s: %s", sberr.ErrUnavailable, i.id, strings.TrimPrefix(s, "error: "))
 			}
 			// The shim is gone once it said ok; wait for its record.
@@ -352,7 +352,7 @@ func (i *instance) Resume(ctx context.Context) error {
 	}
 	ss := shimSpec{Dir: i.dir(), Record: *r, Runsc: runsc, Exe: exe, Restore: true}
 	if err := startShim(ctx, exe, ss); err != nil {
-		return fmt.Errorf("resume sandbox %s: %w (it stays paused)", i.id, err)
+		return fmt.Errorf("resume sandbox %s: %w", i.id, err)
 	}
 	return i.waitHealthy(ctx, 30*time.Second)
 }
@@ -379,6 +379,9 @@ func startShim(ctx context.Context, exe string, ss shimSpec) error {
 	}
 	readyW.Close()
 	go func() { _ = cmd.Wait() }()
+	if ss.Restore && ss.Image == "" {
+		return waitRestore(ctx, cmd.Process.Pid, ss, readyR)
+	}
 	rep, err := readReport(ctx, readyR)
 	if err != nil || !rep.OK {
 		_ = cmd.Process.Kill()
@@ -401,10 +404,10 @@ func (g *gvisorSandbox) tellAgent(ctl, what, sig string) error {
 	if err := os.WriteFile(f, []byte(what), 0o600); err != nil {
 		return err
 	}
-	if err := os.Chown(f, isolate.SandboxUID, isolate.SandboxGID); err != nil {
+	if err := os.Chown(f, ctlOwner(ctl), isolate.SandboxGID); err != nil {
 		return err
 	}
-	if out, err := g.runscCmd("kill", g.id, sig).CombinedOutput(); err != nil {
+	if out, err := g.runscBounded(runscShortWait, nil, "kill", g.id, sig); err != nil {
 		return fmt.Errorf("runsc kill %s: %w: %s", sig, err, strings.TrimSpace(string(out)))
 	}
 	return nil

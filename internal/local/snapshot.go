@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
@@ -178,6 +179,13 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.
 	if err := inst.waitHealthy(ctx, 30*time.Second); err != nil {
 		_ = inst.Kill(context.Background())
 		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
+	}
+	// The agent takes its new identity before it serves: one left means
+	// it still serves under the snapshot's token (a snapshot whose agent
+	// can't read it, e.g. one made before the agent had a uid of its own).
+	if _, err := os.Stat(filepath.Join(dir, gvisorDir, "run", ctragent.CtlDir, ctragent.IdentityFile)); err == nil {
+		_ = inst.Kill(context.Background())
+		return nil, fmt.Errorf("fork snapshot %q: %w: the restored agent did not take the fork's own id and token; take the snapshot again", spec.Snapshot, sberr.ErrUnavailable)
 	}
 	return inst, nil
 }

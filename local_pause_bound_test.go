@@ -1,0 +1,203 @@
+package sandboxes_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+)
+
+// faultyRunsc puts a runsc wrapper in front of the real one: while the file
+// hang-<command> exists in the returned directory, runsc <command> sleeps
+// for an hour (a wedged checkpoint or restore); while fail-<command>
+// exists, it fails at once. The sandboxes created afterwards use it, with
+// checkpoint and restore bounded to a few seconds.
+func faultyRunsc(t *testing.T) string {
+	t.Helper()
+	real, err := exec.LookPath("runsc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	script := `#!/bin/sh
+for a in "$@"; do
+  case "$a" in
+    checkpoint|restore|kill)
+      [ -e "` + dir + `/fail-$a" ] && { echo "injected failure of $a" >&2; exit 1; }
+      [ -e "` + dir + `/hang-$a" ] && exec sleep 3600
+      break;;
+  esac
+done
+exec ` + real + ` "$@"
+`
+	w := filepath.Join(dir, "runsc")
+	if err := os.WriteFile(w, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CODE_SANDBOXES_RUNSC", w)
+	t.Setenv("CODE_SANDBOXES_CHECKPOINT_TIMEOUT", "4s")
+	t.Setenv("CODE_SANDBOXES_STATE_DIR", t.TempDir())
+	return dir
+}
+
+func setFault(t *testing.T, dir, name string, on bool) {
+	t.Helper()
+	f := filepath.Join(dir, name)
+	if !on {
+		_ = os.Remove(f)
+		return
+	}
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkpointsLeft lists what is in the state directory's paused/.
+func checkpointsLeft(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(os.Getenv("CODE_SANDBOXES_STATE_DIR"), "paused"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// A checkpoint that hangs is abandoned at its bound: Pause answers with
+// the reason, the partial checkpoint is gone, and the sandbox runs on with
+// its state (and pauses fine once runsc behaves).
+func TestLocalGVisorCheckpointHangs(t *testing.T) {
+	requireGVisor(t)
+	faults := faultyRunsc(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	setFault(t, faults, "hang-checkpoint", true)
+	err := sb.Pause(ctx)
+	if err == nil || !strings.Contains(err.Error(), "took longer than 4s") || !strings.Contains(err.Error(), "keeps running") {
+		t.Fatalf("Pause with a hung checkpoint = %v, want it abandoned at its bound, the sandbox running", err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Status != "running" {
+		t.Fatalf("after an abandoned checkpoint: %q (%v), want running", info.Status, err)
+	}
+	if left := checkpointsLeft(t); len(left) != 0 {
+		t.Errorf("partial checkpoint left on disk: %v", left)
+	}
+	if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+		t.Fatalf("x + 2 after an abandoned checkpoint = %q (%v)", ex.Text(), ex.Error)
+	}
+	setFault(t, faults, "hang-checkpoint", false)
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatalf("Pause once runsc behaves: %v", err)
+	}
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+		t.Fatalf("x + 2 after pause and resume = %q (%v)", ex.Text(), ex.Error)
+	}
+}
+
+// A checkpoint that fails and leaves an agent that can't be told to serve
+// again: the sandbox is ended and Pause says why, nothing left on disk.
+func TestLocalGVisorCheckpointFailsDead(t *testing.T) {
+	requireGVisor(t)
+	faults := faultyRunsc(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	// The quiesce goes through (its runsc kill works); then checkpoint
+	// and every later runsc kill fail.
+	setFault(t, faults, "hang-checkpoint", true)
+	go func() {
+		// Once the checkpoint runs (its image directory exists), the
+		// kills fail too.
+		for ctx.Err() == nil {
+			if len(checkpointsLeft(t)) > 0 {
+				setFault(t, faults, "fail-kill", true)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	err := sb.Pause(ctx)
+	if err == nil || !strings.Contains(err.Error(), "took longer than 4s") || !strings.Contains(err.Error(), "was ended") {
+		t.Fatalf("Pause = %v, want the checkpoint abandoned and the sandbox reported ended", err)
+	}
+	var ierr error
+	for i := 0; i < 600; i++ {
+		if _, ierr = sb.Info(ctx); errors.Is(ierr, sandboxes.ErrNotFound) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errors.Is(ierr, sandboxes.ErrNotFound) {
+		t.Fatalf("Info of the ended sandbox: %v, want ErrNotFound", ierr)
+	}
+	if left := checkpointsLeft(t); len(left) != 0 {
+		t.Errorf("partial checkpoint left on disk: %v", left)
+	}
+}
+
+// A restore that hangs is abandoned at its bound: the sandbox stays paused
+// with its checkpoint; a caller that gives up first is told the resume
+// goes on; once runsc behaves the sandbox resumes with its state.
+func TestLocalGVisorRestoreHangs(t *testing.T) {
+	requireGVisor(t)
+	faults := faultyRunsc(t)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	if err := sb.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	setFault(t, faults, "hang-restore", true)
+	short, scancel := context.WithTimeout(ctx, time.Second)
+	err := sb.Resume(short)
+	scancel()
+	if err == nil || !strings.Contains(err.Error(), "the resume goes on") {
+		t.Fatalf("Resume whose caller gives up = %v, want 'the resume goes on'", err)
+	}
+	// The one under way holds the sandbox until its bound.
+	for {
+		err = sb.Resume(ctx)
+		if err == nil || !strings.Contains(err.Error(), "under way") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err == nil || !strings.Contains(err.Error(), "took longer than 4s") || !strings.Contains(err.Error(), "stays paused") {
+		t.Fatalf("Resume with a hung restore = %v, want it abandoned at its bound, the sandbox paused", err)
+	}
+	if info, err := sb.Info(ctx); err != nil || info.Status != sandboxes.StatusPaused {
+		t.Fatalf("after an abandoned restore: %q (%v), want paused", info.Status, err)
+	}
+	if left := checkpointsLeft(t); len(left) != 1 {
+		t.Fatalf("checkpoints on disk: %v, want the paused sandbox's", left)
+	}
+	setFault(t, faults, "hang-restore", false)
+	if err := sb.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+		t.Fatalf("x + 2 after the resume = %q (%v)", ex.Text(), ex.Error)
+	}
+}
