@@ -285,8 +285,12 @@ func (s *FilesystemService) viaHelper(ctx context.Context, u User, method string
 		return err
 	}
 	defer func() {
+		// The answer is in: a helper that doesn't exit soon after (root
+		// may stop it) is killed rather than waited for.
 		stdin.Close()
+		t := time.AfterFunc(5*time.Second, cancel)
 		cmd.Wait()
+		t.Stop()
 	}()
 	r := bufio.NewReader(stdout)
 	a, err := readAnswer(r)
