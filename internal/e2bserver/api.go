@@ -51,7 +51,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v2/sandboxes/{id}/logs", s.sandboxLogs)
 	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
-	mux.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
 	s.templateRoutes(mux)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
@@ -139,28 +139,6 @@ func (s *Server) notSupported(what string) http.HandlerFunc {
 		}
 		writeError(w, http.StatusNotImplemented, "%s is not supported by code-sandboxes serve", what)
 	}
-}
-
-// fork is not supported, but its body is checked first as E2B's API does
-// (its schema: count ≥ 1, timeout ≥ 0), so a bad request gets E2B's 400
-// whatever the sandbox.
-func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Timeout *int64 `json:"timeout"`
-		Count   *int64 `json:"count"`
-	}
-	if !decode(w, r, &body, true) {
-		return
-	}
-	switch {
-	case body.Count != nil && *body.Count < 1:
-		writeError(w, http.StatusBadRequest, "count must be at least 1 (got %d)", *body.Count)
-		return
-	case body.Timeout != nil && *body.Timeout < 0:
-		writeError(w, http.StatusBadRequest, "timeout must not be negative (got %d)", *body.Timeout)
-		return
-	}
-	s.notSupported("forking a sandbox")(w, r)
 }
 
 // newSandbox is E2B's NewSandbox body (the fields we act on; others are

@@ -101,11 +101,6 @@ func TestControlPlaneErrors(t *testing.T) {
 		wantError(t, "POST", base+path, testKey, `{"templateID":"ubuntu"}`, 400, "base, code-interpreter-v1")
 		wantError(t, "POST", base+path, testKey, `{}`, 400, "base, code-interpreter-v1")
 	}
-	// Fork: its body is checked before anything else, as E2B's schema
-	// validation does (upstream fork.test.ts: count 0 on any id is a 400).
-	wantError(t, "POST", base+"/sandboxes/sbx-test/fork", testKey, `{"count":0}`, 400, "count")
-	wantError(t, "POST", base+"/sandboxes/sbx-test/fork", testKey, `{"count":1,"timeout":-1}`, 400, "timeout")
-	wantError(t, "POST", base+"/sandboxes/sbx-test/fork", testKey, `{"count":1}`, 404, "sbx-test")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","timeout":0}`, 400, "timeout")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","timeout":9999999}`, 400, "longer")
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","timeout":"5"}`, 400, "invalid JSON")
