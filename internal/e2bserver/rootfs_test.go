@@ -97,4 +97,22 @@ func TestRootPolledWatcher(t *testing.T) {
 	if _, err := root.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/proc/1/fd"})); err == nil {
 		t.Errorf("root watched the agent's fds")
 	}
+
+	// Root may remove its own broker's socket (as `sudo rm` could): root's
+	// file operations then fail with a reason, neither hang nor act as the
+	// user; the user's go on.
+	if _, err := root.Remove(ctx, connect.NewRequest(&fspb.RemoveRequest{Path: "/.code-sandboxes/root.sock"})); err != nil {
+		t.Fatalf("root removing its broker's socket: %v", err)
+	}
+	_, err = root.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/root/w"}))
+	if err == nil || !strings.Contains(err.Error(), "filesystem helper as root") || !strings.Contains(err.Error(), "root broker") {
+		t.Errorf("root's stat without a broker: %v, want the helper's failure", err)
+	}
+	t.Logf("root's stat without a broker: %v", err)
+	if _, err := root.CreateWatcher(ctx, connect.NewRequest(&fspb.CreateWatcherRequest{Path: "/root/w"})); err == nil {
+		t.Errorf("root's watch without a broker worked")
+	}
+	if _, err := user.Stat(ctx, connect.NewRequest(&fspb.StatRequest{Path: "/root/w"})); err != nil {
+		t.Errorf("the user's stat after root's broker went: %v", err)
+	}
 }

@@ -235,40 +235,40 @@ func (s *FilesystemService) alien(u User) bool {
 
 // helperCmd starts the helper as u through the sandbox's sudo; the caller
 // owns the returned process (Wait) and its pipes.
-func (s *FilesystemService) helperCmd(ctx context.Context, u User, method string, msg []byte) (*exec.Cmd, io.ReadCloser, io.WriteCloser, error) {
+// stderr is sudo's and the helper's (first 4 KiB), to read once cmd is
+// waited for.
+func (s *FilesystemService) helperCmd(ctx context.Context, u User, method string, msg []byte) (cmd *exec.Cmd, stdout io.ReadCloser, stdin io.WriteCloser, stderr *bytes.Buffer, err error) {
 	req, err := json.Marshal(helperRequest{Method: method, Msg: msg, User: User{Name: u.Name, Home: u.Home}, Workdir: s.opts.DefaultWorkdir})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	// The helper is the sudo binary itself (this program), run by the
 	// broker with FSHelperArg; sudo changes to / as root.
-	cmd := exec.CommandContext(ctx, s.opts.Sudo, "-u", u.Name, "-D", "/", "--", s.opts.Sudo, FSHelperArg)
+	cmd = exec.CommandContext(ctx, s.opts.Sudo, "-u", u.Name, "-D", "/", "--", s.opts.Sudo, FSHelperArg)
 	cmd.Args[0] = "sudo"
 	cmd.Dir = "/"
 	cmd.Env = []string{FSHelperEnv + "=1", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	var stderr bytes.Buffer
-	cmd.Stderr = &limitedBuffer{b: &stderr, max: 4096}
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = &limitedBuffer{b: stderr, max: 4096}
 	cmd.WaitDelay = time.Second
 	// Killing sudo is enough: the broker kills what it started for sudo
 	// once sudo's connection closes.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, nil, nil, err
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, nil, nil, err
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start the filesystem helper as %s: %w", u.Name, err))
+		return nil, nil, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start the filesystem helper as %s: %w", u.Name, err))
 	}
 	if _, err := stdin.Write(append(req, '\n')); err != nil {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("filesystem helper as %s: %w (%s)", u.Name, err, strings.TrimSpace(stderr.String())))
+		return nil, nil, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("filesystem helper as %s: %w (%s)", u.Name, err, strings.TrimSpace(stderr.String())))
 	}
-	return cmd, stdout, stdin, nil
+	return cmd, stdout, stdin, stderr, nil
 }
 
 // viaHelper runs a unary RPC in the helper as u and decodes its answer
@@ -280,17 +280,24 @@ func (s *FilesystemService) viaHelper(ctx context.Context, u User, method string
 	}
 	ctx, cancel := context.WithTimeout(ctx, helperTimeout)
 	defer cancel()
-	cmd, stdout, stdin, err := s.helperCmd(ctx, u, method, msg)
+	cmd, stdout, stdin, stderr, err := s.helperCmd(ctx, u, method, msg)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// The answer is in: a helper that doesn't exit soon after (root
-		// may stop it) is killed rather than waited for.
+	waited := false
+	wait := func() {
+		// A helper that doesn't exit soon after its answer (root may stop
+		// it) is killed rather than waited for.
 		stdin.Close()
 		t := time.AfterFunc(5*time.Second, cancel)
 		cmd.Wait()
 		t.Stop()
+		waited = true
+	}
+	defer func() {
+		if !waited {
+			wait()
+		}
 	}()
 	r := bufio.NewReader(stdout)
 	a, err := readAnswer(r)
@@ -298,7 +305,8 @@ func (s *FilesystemService) viaHelper(ctx context.Context, u User, method string
 		if ctx.Err() != nil {
 			return streamCtxErr(ctx)
 		}
-		return connect.NewError(connect.CodeInternal, fmt.Errorf("filesystem helper as %s: %w", u.Name, err))
+		wait() // for sudo's reason (a broker gone, say)
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("filesystem helper as %s: %w (%s)", u.Name, err, strings.TrimSpace(stderr.String())))
 	}
 	if a.Code != "" {
 		return answerError(a)
@@ -350,7 +358,7 @@ func (s *FilesystemService) helperWatcher(u User, wp watchParams, queue int, dro
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd, stdout, stdin, err := s.helperCmd(ctx, u, "Watch", msg)
+	cmd, stdout, stdin, stderr, err := s.helperCmd(ctx, u, "Watch", msg)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -384,7 +392,9 @@ func (s *FilesystemService) helperWatcher(u User, wp watchParams, queue int, dro
 	}
 	switch {
 	case f.err != nil:
-		return fail(connect.NewError(connect.CodeInternal, fmt.Errorf("filesystem helper as %s: %w", u.Name, f.err)))
+		stop()
+		cmd.Wait() // for sudo's reason (a broker gone, say)
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("filesystem helper as %s: %w (%s)", u.Name, f.err, strings.TrimSpace(stderr.String())))
 	case f.a.Code != "":
 		return fail(answerError(f.a))
 	case !f.a.Start:
