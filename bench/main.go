@@ -40,7 +40,7 @@ var (
 	nScale = flag.Int("scale", 300, "sandboxes for the scale measurement (1000 for the issue's target)")
 	out    = flag.String("o", "BENCHMARKS.md", "where to write the report")
 	python = flag.String("python", "/usr/bin/python3", "python interpreter")
-	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, local, pool, serve, codemode, memory, files, variants, templates, scale, network, gvisor, pause, plots)")
+	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, languages, local, pool, serve, codemode, memory, files, variants, templates, scale, network, gvisor, pause, plots)")
 )
 
 type stats struct {
@@ -149,6 +149,7 @@ func main() {
 	}
 	sections := []section{
 		{"kernel", kernelBench},
+		{"languages", languagesBench},
 		{"local", localBench},
 		{"pool", poolBench},
 		{"serve", func(ctx context.Context, r *strings.Builder) { serveBench(ctx, r, cfg) }},

@@ -156,6 +156,68 @@ try {
     }
   })
 
+  // The filesystem RPCs as root (user: 'root'): root's own 0700 directory
+  // listed, stat'ed, watched, created in, moved in and removed from; and
+  // what root can't reach stays refused: the system directories, the
+  // agent's /proc entries (directly, through a symlink, or a symlink
+  // flipping under a listing), the host's own /root.
+  await step('rootFiles', async () => {
+    const R = { user: 'root' }
+    const err = async (p) => {
+      try {
+        await p
+        return null
+      } catch (e) {
+        return e?.constructor?.name ?? String(e)
+      }
+    }
+    await sbx.commands.run('mkdir -m 700 /root/secret && echo s > /root/secret/f && ln -s /proc/1/fd /root/proclink', R)
+    const asUser = await err(sbx.files.list('/root/secret'))
+    const list = (await sbx.files.list('/root/secret', R)).map((e) => `${e.name}:${e.owner}`)
+    const info = await sbx.files.getInfo('/root/secret/f', R)
+    const exists = await sbx.files.exists('/root/secret/f', R)
+    const events = []
+    const handle = await sbx.files.watchDir('/root/secret', (e) => events.push(`${e.type}:${e.name}`), R)
+    await sbx.commands.run('echo more > /root/secret/g', R)
+    for (let i = 0; i < 50 && !events.some((e) => e.endsWith(':g')); i++) await sleep(100)
+    await handle.stop()
+    const made = await sbx.files.makeDir('/root/secret/sub/deep', R)
+    const madeOwner = (await sbx.commands.run('stat -c %U /root/secret/sub/deep', R)).stdout
+    const moved = await sbx.files.rename('/root/secret/g', '/root/secret/sub/g2', R)
+    await sbx.files.remove('/root/secret/f', R)
+    const after = (await sbx.files.list('/root/secret', { ...R, depth: 3 })).map((e) => e.path).sort()
+    const rootTop = (await sbx.files.list('/root', R)).map((e) => e.name).sort()
+    const refused = {
+      mkdirEtc: await err(sbx.files.makeDir('/etc/cs_evil', R)),
+      removeUsr: await err(sbx.files.remove('/usr/bin/env', R)),
+      moveUsr: await err(sbx.files.rename('/usr/bin/env', '/root/env', R)),
+      dotdot: await err(sbx.files.makeDir('/root/../../../usr/cs_evil', R)),
+      listProc: await err(sbx.files.list('/proc/1/fd', R)),
+      listProcLink: await err(sbx.files.list('/root/proclink', R)),
+      statProcEnv: await err(sbx.files.getInfo('/proc/1/environ', R)),
+      watchProc: await err(sbx.files.watchDir('/proc/1/fd', () => {}, R)),
+      removeSlash: await err(sbx.files.remove('/', R)),
+    }
+    // A symlink to the agent's fds flipping with an empty directory while
+    // root lists it: no listing may ever show an entry.
+    const flip = await sbx.commands.run(
+      "sudo sh -c 'i=0; while [ $i -lt 400 ]; do rm -rf /root/race; mkdir /root/race; rmdir /root/race; ln -s /proc/1/fd /root/race; i=$((i+1)); done'",
+      { background: true }
+    )
+    let raceEntries = 0
+    for (let i = 0; i < 30; i++) {
+      try {
+        raceEntries += (await sbx.files.list('/root/race', R)).length
+      } catch {}
+    }
+    await flip.kill()
+    const intact = (await sbx.commands.run('test -e /usr/bin/env && test ! -e /etc/cs_evil && test ! -e /usr/cs_evil && echo intact')).stdout
+    return {
+      asUser, list, info: { owner: info.owner, type: info.type, size: info.size }, exists, events, made, madeOwner,
+      moved: moved.path, after, rootTop, refused, raceEntries, intact,
+    }
+  })
+
   // A signed URL past its expiration: envd's own answer, word for word.
   await step('expiredUrl', async () => {
     await sbx.files.write('exp.txt', 'e')

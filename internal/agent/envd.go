@@ -19,8 +19,8 @@ type EnvdOptions struct {
 	Contract bool
 	// Sudo is the sandbox's sudo when it has a root user (the local
 	// variant's, isolate.SudoPath), and Root that user's identity as the
-	// agent sees it: the user "root" is then accepted, and its commands run
-	// through Sudo.
+	// agent sees it: the user "root" is then accepted, and its commands and
+	// filesystem RPCs run through Sudo.
 	Sudo string
 	Root envd.User
 	// OpenAs opens files as Root (isolate.RootOpen): /files for user root.

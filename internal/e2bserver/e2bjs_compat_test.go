@@ -149,6 +149,51 @@ func TestOfficialJSSDKCompat(t *testing.T) {
 	if root.CtxCwd != "/root" || root.InRoot != "/root" {
 		t.Errorf("context with cwd /root: %+v", root)
 	}
+	var rf struct {
+		AsUser *string
+		List   []string
+		Info   struct {
+			Owner, Type string
+			Size        int
+		}
+		Exists      bool
+		Events      []string
+		Made        bool
+		MadeOwner   string
+		Moved       string
+		After       []string
+		RootTop     []string
+		Refused     map[string]*string
+		RaceEntries int
+		Intact      string
+	}
+	step("rootFiles", &rf)
+	if rf.AsUser == nil {
+		t.Errorf("the user listed root's 0700 directory")
+	}
+	if !slices.Equal(rf.List, []string{"f:root"}) || rf.Info.Owner != "root" || rf.Info.Size != 2 || !rf.Exists {
+		t.Errorf("list/getInfo/exists as root: %+v", rf)
+	}
+	if !slices.ContainsFunc(rf.Events, func(e string) bool { return strings.HasSuffix(e, ":g") }) {
+		t.Errorf("watch as root saw %q, want an event for g", rf.Events)
+	}
+	if !rf.Made || rf.MadeOwner != "root\n" || rf.Moved != "/root/secret/sub/g2" ||
+		!slices.Equal(rf.After, []string{"/root/secret/sub", "/root/secret/sub/deep", "/root/secret/sub/g2"}) {
+		t.Errorf("makeDir/rename/remove as root: %+v", rf)
+	}
+	for _, name := range rf.RootTop {
+		if name != "secret" && name != "proclink" && name != "as-root.txt" && name != "race" && !strings.HasPrefix(name, ".") {
+			t.Errorf("root's /root lists %q: not the sandbox's own (%q)", name, rf.RootTop)
+		}
+	}
+	for _, k := range []string{"mkdirEtc", "removeUsr", "moveUsr", "dotdot", "listProc", "listProcLink", "statProcEnv", "watchProc", "removeSlash"} {
+		if e, ok := rf.Refused[k]; !ok || e == nil {
+			t.Errorf("as root, %s was not refused", k)
+		}
+	}
+	if rf.RaceEntries != 0 || rf.Intact != "intact\n" {
+		t.Errorf("root listed %d entries through a flipping symlink to the agent's fds; system dirs: %q", rf.RaceEntries, rf.Intact)
+	}
 	var exp struct {
 		Status int
 		Body   map[string]any

@@ -65,7 +65,10 @@ func (s *FilesystemService) path(h http.Header, p string) (string, User, error) 
 	return abs, u, nil
 }
 
-func (s *FilesystemService) Stat(_ context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
+func (s *FilesystemService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
+	if r, ok, err := viaHelperFor[fspb.StatResponse](ctx, s, req.Header(), "Stat", req.Msg); ok {
+		return r, err
+	}
 	p, _, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -80,7 +83,10 @@ func (s *FilesystemService) Stat(_ context.Context, req *connect.Request[fspb.St
 	return connect.NewResponse(&fspb.StatResponse{Entry: e}), nil
 }
 
-func (s *FilesystemService) MakeDir(_ context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
+func (s *FilesystemService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
+	if r, ok, err := viaHelperFor[fspb.MakeDirResponse](ctx, s, req.Header(), "MakeDir", req.Msg); ok {
+		return r, err
+	}
 	p, u, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -104,7 +110,10 @@ func (s *FilesystemService) MakeDir(_ context.Context, req *connect.Request[fspb
 	return connect.NewResponse(&fspb.MakeDirResponse{Entry: e}), nil
 }
 
-func (s *FilesystemService) Move(_ context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
+func (s *FilesystemService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
+	if r, ok, err := viaHelperFor[fspb.MoveResponse](ctx, s, req.Header(), "Move", req.Msg); ok {
+		return r, err
+	}
 	src, u, err := s.path(req.Header(), req.Msg.GetSource())
 	if err != nil {
 		return nil, err
@@ -135,6 +144,9 @@ func (s *FilesystemService) Move(_ context.Context, req *connect.Request[fspb.Mo
 }
 
 func (s *FilesystemService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
+	if r, ok, err := viaHelperFor[fspb.ListDirResponse](ctx, s, req.Header(), "ListDir", req.Msg); ok {
+		return r, err
+	}
 	root, _, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -192,7 +204,10 @@ func (s *FilesystemService) ListDir(ctx context.Context, req *connect.Request[fs
 	return connect.NewResponse(&fspb.ListDirResponse{Entries: entries}), nil
 }
 
-func (s *FilesystemService) Remove(_ context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
+func (s *FilesystemService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
+	if r, ok, err := viaHelperFor[fspb.RemoveResponse](ctx, s, req.Header(), "Remove", req.Msg); ok {
+		return r, err
+	}
 	p, _, err := s.path(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
@@ -218,9 +233,12 @@ type watchParams struct {
 }
 
 func (s *FilesystemService) startWatch(h http.Header, wp watchParams, queue int, dropWhenFull bool) (*dirWatcher, error) {
-	p, _, err := s.path(h, wp.path)
+	p, u, err := s.path(h, wp.path)
 	if err != nil {
 		return nil, err
+	}
+	if s.alien(u) {
+		return s.helperWatcher(u, wp, queue, dropWhenFull)
 	}
 	if err := guardProc(p, true); err != nil {
 		return nil, err

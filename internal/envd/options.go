@@ -45,7 +45,9 @@ type Options struct {
 	LookupUser func(name string) (User, error)
 	// Sudo, when set, is the sandbox's sudo (the local variant's root user):
 	// a process for a user whose uid is not the agent's own, which a
-	// non-root agent can't setuid to, runs as `Sudo -u <name> -- cmd args…`.
+	// non-root agent can't setuid to, runs as `Sudo -u <name> -- cmd args…`,
+	// and that user's filesystem RPCs run in a helper started the same way
+	// (fshelper.go).
 	Sudo string
 	// OpenAs, when set, opens files for a user whose uid is not the agent's
 	// own (the local variant's root, through its broker: isolate.RootOpen):

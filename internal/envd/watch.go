@@ -35,6 +35,7 @@ type dirWatcher struct {
 
 	f      *os.File
 	fd     int
+	stop   func() // instead of closing f: a watch run by the filesystem helper
 	events chan *fspb.FilesystemEvent
 	done   chan struct{}
 	once   sync.Once
@@ -99,7 +100,11 @@ func (w *dirWatcher) addTree(rel string) error {
 func (w *dirWatcher) close() {
 	w.once.Do(func() {
 		close(w.done)
-		w.f.Close()
+		if w.stop != nil {
+			w.stop()
+		} else {
+			w.f.Close()
+		}
 	})
 }
 

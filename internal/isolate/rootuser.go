@@ -547,7 +547,17 @@ func RootOpen(path string, flags int, perm os.FileMode, mkdir bool) (*os.File, e
 // IsSudo reports whether this process is the sandbox's sudo: the binary run
 // by the name sudo where a root broker listens. Call it first thing in main.
 func IsSudo() bool {
-	return filepath.Base(os.Args[0]) == "sudo" && !IsChild() && RootAvailable()
+	if filepath.Base(os.Args[0]) != "sudo" || IsChild() {
+		return false
+	}
+	if RootAvailable() {
+		return true
+	}
+	// The broker's socket gone (root may remove it): still the sandbox's
+	// sudo when run from SudoPath, which then says the broker is gone
+	// rather than run the program's own main.
+	exe, err := os.Executable()
+	return err == nil && exe == SudoPath
 }
 
 // Sudo runs its arguments as the sandbox's root through the broker and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -52,29 +51,19 @@ func benchDir(dir string) string {
 
 // Languages other than Python: first result (new session → first main
 // result) and warm round trip, against each language's own one-shot peer
-// (node -e / bash -c / Rscript -e) in the same run:
+// (node -e / bash -c / Rscript -e / jshell) in the same run; the workloads
+// are BenchLanguages, which make bench's languages section runs too:
 //
 //	go test ./internal/kernel -run - -bench 'Language|Peer' -benchtime 20x
-//
-// TypeScript's peer is node -e on the same (type-free) code; Java's is
-// jshell on a script file ("-" marks the peer argument as a file).
-var langBench = []struct{ lang, setup, cell, peer, peerArg string }{
-	{"javascript", "let x = 40", "x + 2", "node", "-e"},
-	{"typescript", "let x: number = 40", "x + 2", "node", "-e"},
-	{"bash", "x=40", "echo $((x + 2))", "bash", "-c"},
-	{"r", "x <- 40", "x + 2", "Rscript", "-e"},
-	{"java", "int x = 40;", "x + 2", "jshell", "-"},
-}
-
 func BenchmarkLanguageFirstResult(b *testing.B) {
-	for _, l := range langBench {
-		b.Run(l.lang, func(b *testing.B) {
-			needInterpreter(b, l.lang)
+	for _, l := range BenchLanguages {
+		b.Run(l.Lang, func(b *testing.B) {
+			needInterpreter(b, l.Lang)
 			dir := scriptDir(b)
 			for b.Loop() {
-				s := NewSession(Options{Python: testPython, ScriptDir: dir, Language: l.lang})
+				s := NewSession(Options{Python: testPython, ScriptDir: dir, Language: l.Lang})
 				got := false
-				if _, err := s.Execute(context.Background(), Request{Code: l.cell}, func(e Event) {
+				if _, err := s.Execute(context.Background(), Request{Code: l.Cell}, func(e Event) {
 					got = got || e.Type == EventError || e.IsMainResult || e.Type == EventStdout
 				}); err != nil || !got {
 					b.Fatal(err, got)
@@ -86,13 +75,13 @@ func BenchmarkLanguageFirstResult(b *testing.B) {
 }
 
 func BenchmarkLanguageRoundTrip(b *testing.B) {
-	for _, l := range langBench {
-		b.Run(l.lang, func(b *testing.B) {
-			needInterpreter(b, l.lang)
-			s := newTestSession(b, func(o *Options) { o.Language = l.lang })
-			exec1(b, s, l.setup)
+	for _, l := range BenchLanguages {
+		b.Run(l.Lang, func(b *testing.B) {
+			needInterpreter(b, l.Lang)
+			s := newTestSession(b, func(o *Options) { o.Language = l.Lang })
+			exec1(b, s, l.Setup)
 			for b.Loop() {
-				if _, err := s.Execute(context.Background(), Request{Code: l.cell}, nil); err != nil {
+				if _, err := s.Execute(context.Background(), Request{Code: l.Cell}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -101,26 +90,17 @@ func BenchmarkLanguageRoundTrip(b *testing.B) {
 }
 
 func BenchmarkPeer(b *testing.B) {
-	for _, l := range langBench {
-		b.Run(l.lang+"/"+l.peer, func(b *testing.B) {
-			if _, err := exec.LookPath(l.peer); err != nil {
+	for _, l := range BenchLanguages {
+		b.Run(l.Lang+"/"+l.Peer, func(b *testing.B) {
+			if _, err := exec.LookPath(l.Peer); err != nil {
 				b.Skip(err)
 			}
-			code := l.setup + "; " + l.cell
-			args := []string{l.peerArg, code}
-			switch l.lang {
-			case "javascript", "typescript":
-				code = "let x = 40; console.log(x + 2)"
-				args = []string{l.peerArg, code}
-			case "java":
-				f := filepath.Join(b.TempDir(), "peer.jsh")
-				if err := os.WriteFile(f, []byte(l.setup+"\nSystem.out.println(x + 2);\n/exit\n"), 0o644); err != nil {
-					b.Fatal(err)
-				}
-				args = []string{"-q", f}
+			args, err := l.PeerArgs(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
 			}
 			for b.Loop() {
-				if err := exec.Command(l.peer, args...).Run(); err != nil {
+				if err := exec.Command(l.Peer, args...).Run(); err != nil {
 					b.Fatal(err)
 				}
 			}

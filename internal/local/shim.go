@@ -18,6 +18,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
+	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
@@ -89,6 +90,11 @@ type agentConfig struct {
 // Main runs the role this process was re-executed for, if any, and exits.
 // It returns normally in an ordinary process.
 func Main() {
+	if envd.IsFSHelper() {
+		// A filesystem RPC for root, run by the broker as root (envd's
+		// fshelper.go); before IsSudo: it is the sudo binary.
+		os.Exit(envd.FSHelperMain())
+	}
 	if isolate.IsSudo() {
 		// The sandbox's sudo (this binary bound at isolate.SudoPath).
 		os.Exit(isolate.Sudo())
