@@ -201,3 +201,30 @@ func TestLocalGVisorRestoreHangs(t *testing.T) {
 		t.Fatalf("x + 2 after the resume = %q (%v)", ex.Text(), ex.Error)
 	}
 }
+
+// A disk too small for the checkpoint refuses the pause before the agent is
+// touched: runsc ends the sandbox on a failed checkpoint, so trying would
+// lose it (a full disk did in CI).
+func TestLocalGVisorPauseDiskFull(t *testing.T) {
+	requireGVisor(t)
+	small := t.TempDir()
+	if err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "cs-small-state", small).Run(); err != nil {
+		t.Fatalf("mount a small tmpfs for the state directory: %v", err)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
+	t.Setenv("CODE_SANDBOXES_STATE_DIR", small)
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	err := sb.Pause(ctx)
+	if !errors.Is(err, sandboxes.ErrUnavailable) || !strings.Contains(err.Error(), "free") {
+		t.Fatalf("Pause with a 2 MiB state disk: %v, want ErrUnavailable saying how much is free", err)
+	}
+	t.Log(err)
+	if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
+		t.Fatalf("x + 2 after the refused pause = %q (%v): the sandbox was lost", ex.Text(), ex.Error)
+	}
+}

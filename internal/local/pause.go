@@ -91,6 +91,12 @@ func (g *gvisorSandbox) handlePause(dir string) {
 // checkpoint quiesces the agent and checkpoints the sandbox, which ends.
 // An error before runsc checkpoint leaves the sandbox running.
 func (g *gvisorSandbox) checkpoint(dir string) error {
+	if r, err := readRecord(dir); err == nil {
+		// Before the agent is touched: refused, the sandbox just runs on.
+		if err := g.checkSpaceForCheckpoint(r.Checkpoint, r.Memory); err != nil {
+			return err
+		}
+	}
 	ctl := filepath.Join(dir, gvisorDir, "run", ctragent.CtlDir)
 	marker := filepath.Join(ctl, ctragent.QuiescedFile)
 	_ = os.Remove(marker)
