@@ -703,6 +703,12 @@ func (c *Client) SetTimeouts(ctx context.Context, d, idle time.Duration) (AgentI
 	return out, err
 }
 
+// Warm starts the default python kernel, or waits for its start in
+// progress (the warm pool calls it before counting a sandbox as ready).
+func (c *Client) Warm(ctx context.Context) error {
+	return c.jsonCall(ctx, "warm the default kernel", http.MethodPost, c.o.EnvdURL, "/x/warm", c.EnvdHeaders(), nil, nil)
+}
+
 // Shutdown asks the agent to end the sandbox.
 func (c *Client) Shutdown(ctx context.Context) error {
 	return c.jsonCall(ctx, "shutdown", http.MethodPost, c.o.EnvdURL, "/x/shutdown", c.EnvdHeaders(), nil, nil)
