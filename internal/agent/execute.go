@@ -136,11 +136,13 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	lw := newLineWriter(w)
 	defer lw.close()
-	// The headers go out now, not with the first line (which may be a long
+	// The headers go out soon, not with the first line (which may be a long
 	// time coming): a client whose sandbox dies mid-run then sees a response
 	// in progress cut off, which E2B's SDKs report as "killed while the
 	// request was in progress", rather than a request that never answered.
-	lw.flushHeaders()
+	// Not at once: a cell that ends within headerFlushDelay (most do) then
+	// answers in one write, headers and all lines, and the client wakes once.
+	lw.flushHeadersAfter(headerFlushDelay)
 	s.touch()
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,7 +174,9 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 			lw.write(ordered{{"type", "execution_status"}, {"interrupted", out.Interrupted}, {"timed_out", out.TimedOut}, {"kernel_died", out.KernelDied}})
 		}
 	}
-	lw.write(ordered{{"type", "end_of_execution"}})
+	// Not flushed here: the handler's return flushes it together with the
+	// end of the chunked body, in one write.
+	lw.writeFlush(ordered{{"type", "end_of_execution"}}, false)
 	s.touch()
 }
 
@@ -201,14 +205,20 @@ func eventLine(ev kernel.Event) ordered {
 // lineWriter serialises NDJSON lines from the kernel callback and the
 // keepalive ticker, flushing each so output is live.
 type lineWriter struct {
-	mu     sync.Mutex
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	last   time.Time
-	broken bool
-	done   chan struct{}
-	every  time.Duration // keepaliveEvery when the stream started
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	last    time.Time
+	broken  bool
+	flushed bool        // the headers went out
+	hdr     *time.Timer // flushHeadersAfter's
+	done    chan struct{}
+	every   time.Duration // keepaliveEvery when the stream started
 }
+
+// headerFlushDelay: how long /execute may hold its headers back, hoping to
+// send them with the whole answer.
+const headerFlushDelay = 2 * time.Millisecond
 
 func newLineWriter(w http.ResponseWriter) *lineWriter {
 	lw := &lineWriter{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
@@ -257,18 +267,29 @@ func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 	if !flush {
 		return
 	}
+	lw.flushed = true
 	if err := lw.rc.Flush(); err != nil {
 		lw.broken = true
 	}
 }
 
-func (lw *lineWriter) flushHeaders() {
+// flushHeadersAfter sends the headers after d unless a flushing write (or
+// the end of the response) sent them first.
+func (lw *lineWriter) flushHeadersAfter(d time.Duration) {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
-	if err := lw.rc.Flush(); err != nil {
-		lw.broken = true
-	}
+	lw.hdr = time.AfterFunc(d, func() {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		if lw.broken || lw.flushed {
+			return
+		}
+		lw.flushed = true
+		_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+		if err := lw.rc.Flush(); err != nil {
+			lw.broken = true
+		}
+	})
 }
 
 // close stops the keepalive and every later write: the handler returns
@@ -279,5 +300,8 @@ func (lw *lineWriter) close() {
 	close(lw.done)
 	lw.mu.Lock()
 	lw.broken = true
+	if lw.hdr != nil {
+		lw.hdr.Stop()
+	}
 	lw.mu.Unlock()
 }
