@@ -109,6 +109,12 @@ func UnixHTTPClient(path string) *http.Client {
 		ResponseHeaderTimeout: DefaultHeaderTimeout,
 		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       idleTimeout,
+		// Over a local socket compression is only CPU: without this the
+		// transport asks for gzip and the agent compresses every download
+		// (a 2 GiB read ran at 392 MB/s, gzip on both ends). A request that
+		// names an Accept-Encoding itself (an SDK's, through serve) still
+		// gets what it asked for.
+		DisableCompression: true,
 	}}
 }
 
