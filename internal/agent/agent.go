@@ -464,6 +464,7 @@ func (s *Server) routes() {
 		go func() { time.Sleep(50 * time.Millisecond); s.expire() }()
 	})
 	m.HandleFunc("GET /x/forward/{port}", s.handleForward)
+	m.HandleFunc("GET /x/exec", s.handleExecConn)
 	m.HandleFunc("POST /x/tools", s.handleTools)
 	m.HandleFunc("POST /x/tools/calls/{id}", s.handleToolResult)
 }

@@ -96,45 +96,19 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	var req executeRequest
 	body := http.MaxBytesReader(w, r.Body, maxCodeBytes)
 	if err := json.NewDecoder(body).Decode(&req); err != nil {
-		textError(w, http.StatusBadRequest, "invalid execution request: "+err.Error()+`; send JSON {"code": "...", "context_id"?: "...", "language"?: "...", "env_vars"?: {...}}`)
+		textError(w, http.StatusBadRequest, badExecuteRequest(err))
 		return
 	}
-	if req.ContextID != nil && *req.ContextID != "" && req.Language != nil && *req.Language != "" {
-		textError(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
+	cc, status, msg := s.executionContext(&req)
+	if status != 0 {
+		textError(w, status, msg)
 		return
 	}
-	if req.Timeout < 0 {
-		textError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
-		return
-	}
-	var cc *codeContext
-	if req.ContextID != nil && *req.ContextID != "" {
-		cc = s.contexts.get(*req.ContextID)
-		if cc == nil {
-			textError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", *req.ContextID))
-			return
-		}
-	} else {
-		lang := ""
-		if req.Language != nil {
-			lang = *req.Language
-		}
-		var err error
-		cc, err = s.contexts.defaultFor(lang, s.cfg.Workdir)
-		if errors.Is(err, errUnsupportedLanguage) {
-			textError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if err != nil {
-			textError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-	}
-
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	lw := newLineWriter(w)
+	rc := http.NewResponseController(w)
+	lw := newLineWriter(w, rc.Flush, rc.SetWriteDeadline)
 	defer lw.close()
 	// The headers go out soon, not with the first line (which may be a long
 	// time coming): a client whose sandbox dies mid-run then sees a response
@@ -143,15 +117,59 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	// Not at once: a cell that ends within headerFlushDelay (most do) then
 	// answers in one write, headers and all lines, and the client wakes once.
 	lw.flushHeadersAfter(headerFlushDelay)
+	// A client that disconnects interrupts its execution, as E2B's server
+	// does. The interrupt is scoped to this execution: the disconnect
+	// notice can arrive after it ended, when another request's cell is
+	// running.
+	s.execute(cc, req, lw, r.Context().Done())
+	// Not flushed here: the handler's return flushes it together with the
+	// end of the chunked body, in one write.
+	lw.writeFlush(ordered{{"type", "end_of_execution"}}, false)
 	s.touch()
+}
 
+func badExecuteRequest(err error) string {
+	return "invalid execution request: " + err.Error() + `; send JSON {"code": "...", "context_id"?: "...", "language"?: "...", "env_vars"?: {...}}`
+}
+
+// executionContext checks req and finds the context it runs in; a non-zero
+// status is a refusal, with its message.
+func (s *Server) executionContext(req *executeRequest) (*codeContext, int, string) {
+	if req.ContextID != nil && *req.ContextID != "" && req.Language != nil && *req.Language != "" {
+		return nil, http.StatusBadRequest, "Only one of context_id or language can be provided"
+	}
+	if req.Timeout < 0 {
+		return nil, http.StatusBadRequest, "timeout must be a positive number of seconds"
+	}
+	if req.ContextID != nil && *req.ContextID != "" {
+		cc := s.contexts.get(*req.ContextID)
+		if cc == nil {
+			return nil, http.StatusNotFound, fmt.Sprintf("Context %s not found", *req.ContextID)
+		}
+		return cc, 0, ""
+	}
+	lang := ""
+	if req.Language != nil {
+		lang = *req.Language
+	}
+	cc, err := s.contexts.defaultFor(lang, s.cfg.Workdir)
+	if errors.Is(err, errUnsupportedLanguage) {
+		return nil, http.StatusBadRequest, err.Error()
+	}
+	if err != nil {
+		return nil, http.StatusInternalServerError, err.Error()
+	}
+	return cc, 0, ""
+}
+
+// execute runs one cell in cc, writing its lines but the last
+// (end_of_execution) to lw. A close of interrupt interrupts the cell, but
+// the kernel still finishes cleanly so the context stays usable.
+func (s *Server) execute(cc *codeContext, req executeRequest, lw *lineWriter, interrupt <-chan struct{}) {
+	s.touch()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// A client that disconnects interrupts its execution, as E2B's server does,
-	// but we still let the kernel finish cleanly so the context stays usable.
-	// The interrupt is scoped to this execution: the disconnect notice can
-	// arrive after it ended, when another request's cell is running.
-	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars, Interrupt: r.Context().Done()}
+	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars, Interrupt: interrupt}
 	if req.Timeout > 0 {
 		kreq.Timeout = secs.Duration(req.Timeout) // 1e300 is "very long", not an overflow
 	}
@@ -165,19 +183,15 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		lw.write(errorLine("SandboxError", err.Error(), ""))
-	} else {
-		// Our extensions: E2B's SDKs ignore line types they don't know.
-		if out.ExitCode != nil {
-			lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
-		}
-		if out.Interrupted || out.TimedOut || out.KernelDied {
-			lw.write(ordered{{"type", "execution_status"}, {"interrupted", out.Interrupted}, {"timed_out", out.TimedOut}, {"kernel_died", out.KernelDied}})
-		}
+		return
 	}
-	// Not flushed here: the handler's return flushes it together with the
-	// end of the chunked body, in one write.
-	lw.writeFlush(ordered{{"type", "end_of_execution"}}, false)
-	s.touch()
+	// Our extensions: E2B's SDKs ignore line types they don't know.
+	if out.ExitCode != nil {
+		lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
+	}
+	if out.Interrupted || out.TimedOut || out.KernelDied {
+		lw.write(ordered{{"type", "execution_status"}, {"interrupted", out.Interrupted}, {"timed_out", out.TimedOut}, {"kernel_died", out.KernelDied}})
+	}
 }
 
 func errorLine(name, value, traceback string) ordered {
@@ -205,23 +219,24 @@ func eventLine(ev kernel.Event) ordered {
 // lineWriter serialises NDJSON lines from the kernel callback and the
 // keepalive ticker, flushing each so output is live.
 type lineWriter struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	last    time.Time
-	broken  bool
-	flushed bool        // the headers went out
-	hdr     *time.Timer // flushHeadersAfter's
-	done    chan struct{}
-	every   time.Duration // keepaliveEvery when the stream started
+	mu       sync.Mutex
+	w        io.Writer
+	flush    func() error
+	deadline func(time.Time) error // of writes
+	last     time.Time
+	broken   bool
+	flushed  bool        // the headers went out
+	hdr      *time.Timer // flushHeadersAfter's
+	done     chan struct{}
+	every    time.Duration // keepaliveEvery when the stream started
 }
 
 // headerFlushDelay: how long /execute may hold its headers back, hoping to
 // send them with the whole answer.
 const headerFlushDelay = 2 * time.Millisecond
 
-func newLineWriter(w http.ResponseWriter) *lineWriter {
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
+func newLineWriter(w io.Writer, flush func() error, deadline func(time.Time) error) *lineWriter {
+	lw := &lineWriter{w: w, flush: flush, deadline: deadline, last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
 	go lw.keepalive()
 	return lw
 }
@@ -259,7 +274,7 @@ func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 		return
 	}
 	// A client that stops reading must not hold the kernel forever.
-	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	_ = lw.deadline(time.Now().Add(2 * time.Minute))
 	if _, err := lw.w.Write(b); err != nil {
 		lw.broken = true
 		return
@@ -268,9 +283,15 @@ func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 		return
 	}
 	lw.flushed = true
-	if err := lw.rc.Flush(); err != nil {
+	if err := lw.flush(); err != nil {
 		lw.broken = true
 	}
+}
+
+func (lw *lineWriter) isBroken() bool {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.broken
 }
 
 // flushHeadersAfter sends the headers after d unless a flushing write (or
@@ -285,8 +306,8 @@ func (lw *lineWriter) flushHeadersAfter(d time.Duration) {
 			return
 		}
 		lw.flushed = true
-		_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
-		if err := lw.rc.Flush(); err != nil {
+		_ = lw.deadline(time.Now().Add(2 * time.Minute))
+		if err := lw.flush(); err != nil {
 			lw.broken = true
 		}
 	})

@@ -37,7 +37,8 @@ func TestKeepaliveNotAfterReturn(t *testing.T) {
 	var late int64
 	for i := 0; i < 300; i++ {
 		w := &afterReturn{h: http.Header{}}
-		lw := newLineWriter(w)
+		rc := http.NewResponseController(w)
+		lw := newLineWriter(w, rc.Flush, rc.SetWriteDeadline)
 		time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
 		lw.write(ordered{{"type", "end_of_execution"}})
 		time.Sleep(time.Duration(i%5) * 120 * time.Microsecond)

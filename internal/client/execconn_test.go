@@ -1,0 +1,90 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+)
+
+const oneResult = `{"type": "result", "text": "2", "is_main_result": true}` + "\n" + `{"type": "end_of_execution"}` + "\n"
+
+// fakeAgent serves /execute, and /x/exec when lean; its lean connections
+// answer one request, then close (as an agent's do when it restarts or
+// the sandbox is paused).
+func fakeAgent(t *testing.T, lean bool) (string, *atomic.Int32) {
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viaHTTP atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /execute", func(w http.ResponseWriter, r *http.Request) {
+		viaHTTP.Add(1)
+		_, _ = io.WriteString(w, oneResult)
+	})
+	if lean {
+		mux.HandleFunc("GET /x/exec", func(w http.ResponseWriter, r *http.Request) {
+			conn, brw, _ := http.NewResponseController(w).Hijack()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: cs-exec\r\n\r\n")
+			_ = brw.Flush()
+			go func() {
+				defer conn.Close()
+				var hdr [4]byte
+				if _, err := io.ReadFull(brw, hdr[:]); err != nil {
+					return
+				}
+				if _, err := io.CopyN(io.Discard, brw, int64(binary.BigEndian.Uint32(hdr[:]))); err != nil {
+					return
+				}
+				bw := bufio.NewWriter(conn)
+				_, _ = bw.WriteString(oneResult)
+				_ = bw.Flush()
+			}()
+		})
+	}
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock, &viaHTTP
+}
+
+func execTwo(t *testing.T, sock string) (dials int32) {
+	var n atomic.Int32
+	dial := UnixDial(sock)
+	c := New(Options{EnvdURL: "http://sandbox", HTTPClient: UnixHTTPClient(sock), Dial: func(ctx context.Context) (net.Conn, error) {
+		n.Add(1)
+		return dial(ctx)
+	}})
+	for i := range 3 {
+		got := ""
+		if err := c.Execute(context.Background(), ExecuteRequest{Code: "1 + 1"}, func(l Line) { got = string(l.Data["text"]) }); err != nil || got != `"2"` {
+			t.Fatalf("execution %d: %q, %v", i, got, err)
+		}
+	}
+	return n.Load()
+}
+
+// An agent without /x/exec (404): the client uses /execute, and stops
+// trying the upgrade.
+func TestExecConnFallback(t *testing.T) {
+	sock, viaHTTP := fakeAgent(t, false)
+	if d := execTwo(t, sock); d != 1 || viaHTTP.Load() != 3 {
+		t.Fatalf("%d upgrade dials, %d executions over HTTP; want 1 and 3", d, viaHTTP.Load())
+	}
+}
+
+// An idle lean connection the agent closed is not used for the next
+// request (which would meet EOF): a new one is dialed.
+func TestExecConnStaleIdle(t *testing.T) {
+	sock, viaHTTP := fakeAgent(t, true)
+	if d := execTwo(t, sock); d != 3 || viaHTTP.Load() != 0 {
+		t.Fatalf("%d dials, %d executions over HTTP; want 3 (one per closed connection) and 0", d, viaHTTP.Load())
+	}
+}
