@@ -17,7 +17,8 @@ import (
 // one at a time, and reads each one's NDJSON lines up to and including
 // end_of_execution. It saves what HTTP costs per execution (a request to
 // parse, headers both ways, chunked framing, the transport's goroutine
-// hand-offs); E2B's SDKs and serve keep using /execute.
+// hand-offs). E2B's SDKs keep using /execute; serve answers their /execute
+// over this connection (internal/e2bserver/proxy_execute.go).
 const ExecUpgrade = "cs-exec"
 
 // handleExecConn upgrades to the lean execution connection. The token was

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -177,6 +177,48 @@ func (c *Client) dialExec(ctx context.Context) (*execConn, error) {
 // executeConn is Execute over a lean connection. errNoExecConn: nothing was
 // sent, use /execute.
 func (c *Client) executeConn(ctx context.Context, body []byte, fn func(Line)) error {
+	return c.leanRoundTrip(ctx, body, func(typ string, line []byte, _ int) error {
+		l, err := DecodeLine(line)
+		if err != nil {
+			return fmt.Errorf("execute: %w", err)
+		}
+		fn(l)
+		return nil
+	})
+}
+
+// LeanExecute reports whether ExecuteRaw can be used: the client dials the
+// agent itself and the agent has not refused the lean connection.
+func (c *Client) LeanExecute() bool { return c.o.Dial != nil && !c.exec.unsupported.Load() }
+
+// ExecuteRaw runs one /execute request body over the lean connection and
+// hands fn each NDJSON line as the agent wrote it (newline included), but
+// end_of_execution, with the number of bytes already received after it (0:
+// flush now, the agent has sent nothing more yet). A request the agent
+// refuses is a *StatusError, before any line. Lines are bounded by
+// MaxLineBytes, each wait for one by StallTimeout. ErrNoLeanExecute: nothing
+// was sent, use /execute.
+func (c *Client) ExecuteRaw(ctx context.Context, body []byte, fn func(line []byte, buffered int)) error {
+	if c.o.Dial == nil {
+		return ErrNoLeanExecute
+	}
+	err := c.leanRoundTrip(ctx, body, func(_ string, line []byte, buffered int) error {
+		fn(line, buffered)
+		return nil
+	})
+	if errors.Is(err, errNoExecConn) {
+		return ErrNoLeanExecute
+	}
+	return err
+}
+
+// ErrNoLeanExecute: the agent has no lean execution connection (or the
+// client doesn't dial it); nothing was sent.
+var ErrNoLeanExecute = errNoExecConn
+
+// leanRoundTrip sends body on a lean connection (an idle one, or a new
+// one) and passes each line of the answer to each.
+func (c *Client) leanRoundTrip(ctx context.Context, body []byte, each func(typ string, line []byte, buffered int) error) error {
 	if c.exec.unsupported.Load() {
 		return errNoExecConn
 	}
@@ -193,7 +235,7 @@ func (c *Client) executeConn(ctx context.Context, body []byte, fn func(Line)) er
 	// The caller's context ending closes the connection, which the agent
 	// takes for a client gone away: it interrupts the cell.
 	stop := context.AfterFunc(ctx, func() { ec.c.Close() })
-	err := c.roundTripConn(ec, body, fn)
+	err := c.roundTripConn(ec, body, each)
 	if !stop() {
 		ec.c.Close()
 		return fmt.Errorf("execute: %w", ctx.Err())
@@ -207,7 +249,7 @@ func (c *Client) executeConn(ctx context.Context, body []byte, fn func(Line)) er
 	return err
 }
 
-func (c *Client) roundTripConn(ec *execConn, body []byte, fn func(Line)) error {
+func (c *Client) roundTripConn(ec *execConn, body []byte, each func(typ string, line []byte, buffered int) error) error {
 	msg := make([]byte, 4, 4+len(body))
 	binary.BigEndian.PutUint32(msg, uint32(len(body)))
 	msg = append(msg, body...)
@@ -233,14 +275,13 @@ func (c *Client) roundTripConn(ec *execConn, body []byte, fn func(Line)) error {
 			}
 			return fmt.Errorf("execute: %w: %w", sberr.ErrUnavailable, err)
 		}
-		if len(strings.TrimSpace(string(line))) == 0 {
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		l, err := DecodeLine(line)
-		if err != nil {
-			return fmt.Errorf("execute: %w", err)
-		}
-		switch l.Type {
+		typ := lineType(line)
+		switch typ {
+		case "":
+			return fmt.Errorf("execute: %w: a line from the agent without a type", ErrProtocol)
 		case "end_of_execution":
 			if refused != nil {
 				return refused
@@ -255,8 +296,28 @@ func (c *Client) roundTripConn(ec *execConn, body []byte, fn func(Line)) error {
 			refused = &StatusError{Op: "execute", Status: r.Status, Message: r.Message, kind: statusKind(r.Status)}
 		default:
 			if refused == nil {
-				fn(l)
+				if err := each(typ, line, ec.br.Buffered()); err != nil {
+					return err
+				}
 			}
 		}
 	}
+}
+
+// lineType is a line's "type": read off the agent's own layout (it writes
+// the type first) without decoding the line, else decoded.
+func lineType(line []byte) string {
+	const head = `{"type": "`
+	if rest, ok := bytes.CutPrefix(line, []byte(head)); ok {
+		if i := bytes.IndexByte(rest, '"'); i > 0 && bytes.IndexByte(rest[:i], '\\') < 0 {
+			return string(rest[:i])
+		}
+	}
+	var t struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(line, &t) != nil {
+		return ""
+	}
+	return t.Type
 }
