@@ -4,12 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
 const oneResult = `{"type": "result", "text": "2", "is_main_result": true}` + "\n" + `{"type": "end_of_execution"}` + "\n"
@@ -18,12 +23,18 @@ const oneResult = `{"type": "result", "text": "2", "is_main_result": true}` + "\
 // answer one request, then close (as an agent's do when it restarts or
 // the sandbox is paused).
 func fakeAgent(t *testing.T, lean bool) (string, *atomic.Int32) {
+	return fakeAgentAnswering(t, lean, oneResult)
+}
+
+func fakeAgentAnswering(t *testing.T, lean bool, answer string) (string, *atomic.Int32) {
 	sock := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var viaHTTP atomic.Int32
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /execute", func(w http.ResponseWriter, r *http.Request) {
 		viaHTTP.Add(1)
@@ -44,8 +55,11 @@ func fakeAgent(t *testing.T, lean bool) (string, *atomic.Int32) {
 					return
 				}
 				bw := bufio.NewWriter(conn)
-				_, _ = bw.WriteString(oneResult)
+				_, _ = bw.WriteString(answer)
 				_ = bw.Flush()
+				if !strings.HasSuffix(answer, "\n") {
+					<-hold // a wedged agent: the connection stays open, silent
+				}
 			}()
 		})
 	}
@@ -86,5 +100,32 @@ func TestExecConnStaleIdle(t *testing.T) {
 	sock, viaHTTP := fakeAgent(t, true)
 	if d := execTwo(t, sock); d != 3 || viaHTTP.Load() != 0 {
 		t.Fatalf("%d dials, %d executions over HTTP; want 3 (one per closed connection) and 0", d, viaHTTP.Load())
+	}
+}
+
+// A wedged agent (upgraded, then silent; or a line without end) can't hang
+// Execute past StallTimeout; a line over MaxLineBytes is refused.
+func TestExecConnBounded(t *testing.T) {
+	for _, c := range []struct {
+		name, answer string
+		want         error
+	}{
+		{"silent", "", sberr.ErrUnavailable},
+		{"overlong line", `{"type": "stdout", "text": "` + strings.Repeat("x", 5000) + `"}` + "\n", ErrProtocol},
+		{"no type", `{"text": "x"}` + "\n", ErrProtocol},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			answer := c.answer
+			if answer == "" {
+				answer = `{"type": "stdout", "text": "a"}` // no newline, then nothing
+			}
+			sock, _ := fakeAgentAnswering(t, true, answer)
+			cl := New(Options{EnvdURL: "http://sandbox", HTTPClient: UnixHTTPClient(sock), Dial: UnixDial(sock),
+				StallTimeout: 300 * time.Millisecond, MaxLineBytes: 4096})
+			err := cl.Execute(context.Background(), ExecuteRequest{Code: "1"}, func(Line) {})
+			if !errors.Is(err, c.want) {
+				t.Fatalf("got %v, want %v", err, c.want)
+			}
+		})
 	}
 }
