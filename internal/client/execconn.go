@@ -187,6 +187,25 @@ func (c *Client) executeConn(ctx context.Context, body []byte, fn func(Line)) er
 	})
 }
 
+// OpenExecConn opens a lean execution connection and keeps it for the next
+// Execute (the warm pool does, so a claimer's first cell skips the
+// upgrade). Without Options.Dial, or with an agent that has none, it does
+// nothing.
+func (c *Client) OpenExecConn(ctx context.Context) error {
+	if !c.LeanExecute() {
+		return nil
+	}
+	ec, err := c.dialExec(ctx)
+	if errors.Is(err, errNoExecConn) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.exec.put(ec)
+	return nil
+}
+
 // LeanExecute reports whether ExecuteRaw can be used: the client dials the
 // agent itself and the agent has not refused the lean connection.
 func (c *Client) LeanExecute() bool { return c.o.Dial != nil && !c.exec.unsupported.Load() }
