@@ -227,6 +227,7 @@ type lineWriter struct {
 	broken   bool
 	flushed  bool        // the headers went out
 	hdr      *time.Timer // flushHeadersAfter's
+	ka       *time.Timer // the keepalive's
 	done     chan struct{}
 	every    time.Duration // keepaliveEvery when the stream started
 }
@@ -237,25 +238,36 @@ const headerFlushDelay = 2 * time.Millisecond
 
 func newLineWriter(w io.Writer, flush func() error, deadline func(time.Time) error) *lineWriter {
 	lw := &lineWriter{w: w, flush: flush, deadline: deadline, last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
-	go lw.keepalive()
+	// A timer, not a goroutine with a ticker: most executions end long
+	// before the first keepalive, and starting a goroutine per execution
+	// wakes another thread of the runtime for nothing.
+	lw.mu.Lock()
+	lw.ka = time.AfterFunc(lw.every, lw.keepalive)
+	lw.mu.Unlock()
 	return lw
 }
 
+// keepalive runs when the stream may have been silent for lw.every: it
+// writes a keepalive line if it was, and sets itself for the next check.
 func (lw *lineWriter) keepalive() {
-	t := time.NewTicker(lw.every / 5)
-	defer t.Stop()
-	for {
-		select {
-		case <-lw.done:
-			return
-		case <-t.C:
-			lw.mu.Lock()
-			idle := time.Since(lw.last) >= lw.every
-			lw.mu.Unlock()
-			if idle {
-				lw.write(ordered{{"type", "keepalive"}})
-			}
-		}
+	select {
+	case <-lw.done:
+		return
+	default:
+	}
+	lw.mu.Lock()
+	idle := time.Since(lw.last)
+	lw.mu.Unlock()
+	if idle >= lw.every {
+		lw.write(ordered{{"type", "keepalive"}})
+		idle = 0
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	select {
+	case <-lw.done:
+	default:
+		lw.ka.Reset(lw.every - idle)
 	}
 }
 
@@ -324,5 +336,6 @@ func (lw *lineWriter) close() {
 	if lw.hdr != nil {
 		lw.hdr.Stop()
 	}
+	lw.ka.Stop()
 	lw.mu.Unlock()
 }
