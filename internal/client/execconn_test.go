@@ -129,3 +129,37 @@ func TestExecConnBounded(t *testing.T) {
 		})
 	}
 }
+
+// FuzzExecConnStream: whatever a hostile agent answers on the lean
+// connection, the client returns (an error or the end) without panicking,
+// and hands on no more lines than it read.
+func FuzzExecConnStream(f *testing.F) {
+	f.Add(oneResult)
+	f.Add(`{"type": "x_request_error", "status": 404, "message": "no"}` + "\n" + `{"type": "end_of_execution"}` + "\n")
+	f.Add(`{"type": "stdout", "text": "a\\"b"}` + "\n")
+	f.Add(`{"type": "end_of_execution", "type": "stdout"}` + "\n")
+	f.Fuzz(func(t *testing.T, answer string) {
+		a, b := net.Pipe()
+		defer a.Close()
+		go func() {
+			defer b.Close()
+			var hdr [4]byte
+			if _, err := io.ReadFull(b, hdr[:]); err != nil {
+				return
+			}
+			if _, err := io.CopyN(io.Discard, b, int64(binary.BigEndian.Uint32(hdr[:]))); err != nil {
+				return
+			}
+			_, _ = io.WriteString(b, answer)
+		}()
+		c := New(Options{EnvdURL: "http://sandbox", MaxLineBytes: 4096, StallTimeout: time.Second})
+		n := 0
+		_ = c.roundTripConn(&execConn{c: a, br: bufio.NewReader(a)}, []byte(`{"code":"1"}`), func(string, []byte, int) error {
+			n++
+			return nil
+		})
+		if n > len(answer) {
+			t.Fatal("more lines than bytes")
+		}
+	})
+}
