@@ -177,7 +177,7 @@ func (c *Client) dialExec(ctx context.Context) (*execConn, error) {
 // executeConn is Execute over a lean connection. errNoExecConn: nothing was
 // sent, use /execute.
 func (c *Client) executeConn(ctx context.Context, body []byte, fn func(Line)) error {
-	return c.leanRoundTrip(ctx, body, func(typ string, line []byte, _ int) error {
+	return c.leanRoundTrip(ctx, body, false, func(typ string, line []byte, _ int) error {
 		l, err := DecodeLine(line)
 		if err != nil {
 			return fmt.Errorf("execute: %w", err)
@@ -221,7 +221,7 @@ func (c *Client) ExecuteRaw(ctx context.Context, body []byte, fn func(line []byt
 	if c.o.Dial == nil {
 		return ErrNoLeanExecute
 	}
-	err := c.leanRoundTrip(ctx, body, func(_ string, line []byte, buffered int) error {
+	err := c.leanRoundTrip(ctx, body, true, func(_ string, line []byte, buffered int) error {
 		fn(line, buffered)
 		return nil
 	})
@@ -237,7 +237,7 @@ var ErrNoLeanExecute = errNoExecConn
 
 // leanRoundTrip sends body on a lean connection (an idle one, or a new
 // one) and passes each line of the answer to each.
-func (c *Client) leanRoundTrip(ctx context.Context, body []byte, each func(typ string, line []byte, buffered int) error) error {
+func (c *Client) leanRoundTrip(ctx context.Context, body []byte, stream bool, each func(typ string, line []byte, buffered int) error) error {
 	if c.exec.unsupported.Load() {
 		return errNoExecConn
 	}
@@ -254,7 +254,7 @@ func (c *Client) leanRoundTrip(ctx context.Context, body []byte, each func(typ s
 	// The caller's context ending closes the connection, which the agent
 	// takes for a client gone away: it interrupts the cell.
 	stop := context.AfterFunc(ctx, func() { ec.c.Close() })
-	err := c.roundTripConn(ec, body, each)
+	err := c.roundTripConn(ec, body, stream, each)
 	if !stop() {
 		ec.c.Close()
 		return fmt.Errorf("execute: %w", ctx.Err())
@@ -268,7 +268,12 @@ func (c *Client) leanRoundTrip(ctx context.Context, body []byte, each func(typ s
 	return err
 }
 
-func (c *Client) roundTripConn(ec *execConn, body []byte, each func(typ string, line []byte, buffered int) error) error {
+// roundTripConn sends body and hands each line of the answer to each. With
+// stream, a line longer than the connection's buffer (64 KiB; never one
+// that ends the answer, which are short) is handed on in pieces as they
+// come, typ "": memory stays bounded by the buffer, not by MaxLineBytes
+// (serve relays lines for many sandboxes at once).
+func (c *Client) roundTripConn(ec *execConn, body []byte, stream bool, each func(typ string, line []byte, buffered int) error) error {
 	msg := make([]byte, 4, 4+len(body))
 	binary.BigEndian.PutUint32(msg, uint32(len(body)))
 	msg = append(msg, body...)
@@ -277,11 +282,37 @@ func (c *Client) roundTripConn(ec *execConn, body []byte, each func(typ string, 
 		return fmt.Errorf("execute: %w: sending the request: %w", sberr.ErrUnavailable, err)
 	}
 	var refused *StatusError
+	long := 0 // bytes of the long line being streamed, 0 if none
 	for {
 		// The agent sends a keepalive after 5 s of silence: StallTimeout
 		// without a byte is a sandbox that stopped answering.
 		_ = ec.c.SetReadDeadline(time.Now().Add(c.o.StallTimeout))
-		line, err := readBoundedLine(ec.br, c.o.MaxLineBytes)
+		var line []byte
+		var err error
+		if stream {
+			line, err = ec.br.ReadSlice('\n')
+			if long > 0 || errors.Is(err, bufio.ErrBufferFull) {
+				long += len(line)
+				if long > c.o.MaxLineBytes {
+					return fmt.Errorf("execute: %w: an output line exceeds %d bytes", ErrProtocol, c.o.MaxLineBytes)
+				}
+				if err == nil || errors.Is(err, bufio.ErrBufferFull) {
+					if err == nil {
+						long = 0 // its end
+					}
+					if refused == nil {
+						if err := each("", line, ec.br.Buffered()); err != nil {
+							return err
+						}
+					}
+					continue
+				}
+			} else if err == nil && len(line) > c.o.MaxLineBytes {
+				err = fmt.Errorf("%w: an output line exceeds %d bytes", ErrProtocol, c.o.MaxLineBytes)
+			}
+		} else {
+			line, err = readBoundedLine(ec.br, c.o.MaxLineBytes)
+		}
 		if err != nil {
 			if errors.Is(err, ErrProtocol) {
 				return fmt.Errorf("execute: %w", err)

@@ -153,13 +153,41 @@ func FuzzExecConnStream(f *testing.F) {
 			_, _ = io.WriteString(b, answer)
 		}()
 		c := New(Options{EnvdURL: "http://sandbox", MaxLineBytes: 4096, StallTimeout: time.Second})
-		n := 0
-		_ = c.roundTripConn(&execConn{c: a, br: bufio.NewReader(a)}, []byte(`{"code":"1"}`), func(string, []byte, int) error {
+		n, got := 0, 0
+		stream := len(answer)%2 == 0 // both ways of reading: whole lines, streamed pieces
+		_ = c.roundTripConn(&execConn{c: a, br: bufio.NewReaderSize(a, 16)}, []byte(`{"code":"1"}`), stream, func(_ string, line []byte, _ int) error {
 			n++
+			got += len(line)
 			return nil
 		})
-		if n > len(answer) {
-			t.Fatal("more lines than bytes")
+		if n > len(answer) || got > len(answer) {
+			t.Fatal("more lines or bytes than were sent")
 		}
 	})
+}
+
+// A line longer than the connection's buffer reaches ExecuteRaw's caller
+// in pieces (serve relays it without holding it whole), and Execute's as
+// one line.
+func TestExecConnLongLine(t *testing.T) {
+	long := `{"type": "stdout", "text": "` + strings.Repeat("y", 300<<10) + `"}` + "\n"
+	sock, _ := fakeAgentAnswering(t, true, long+`{"type": "end_of_execution"}`+"\n")
+	c := New(Options{EnvdURL: "http://sandbox", HTTPClient: UnixHTTPClient(sock), Dial: UnixDial(sock)})
+	var got strings.Builder
+	pieces := 0
+	if err := c.ExecuteRaw(context.Background(), []byte(`{"code":"1"}`), func(line []byte, _ int) {
+		pieces++
+		got.Write(line)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != long || pieces < 2 {
+		t.Fatalf("%d pieces, %d bytes; want the line (%d bytes) in pieces", pieces, got.Len(), len(long))
+	}
+	sock, _ = fakeAgentAnswering(t, true, long+`{"type": "end_of_execution"}`+"\n")
+	c = New(Options{EnvdURL: "http://sandbox", HTTPClient: UnixHTTPClient(sock), Dial: UnixDial(sock)})
+	n := 0
+	if err := c.Execute(context.Background(), ExecuteRequest{Code: "1"}, func(l Line) { n += len(l.Text) }); err != nil || n != 300<<10 {
+		t.Fatalf("Execute: %d bytes of text, %v", n, err)
+	}
 }
