@@ -18,9 +18,12 @@ import (
 // slow one still shows the SDK a response in progress at once.
 const leanHeaderDelay = 2 * time.Millisecond
 
-// maxLeanBody is the agent's own bound on an execution request (8 MiB): a
-// longer body goes through the plain proxy, for the agent's own answer.
-const maxLeanBody = 8 << 20
+// maxLeanBody: bodies up to this size (nearly every cell) are read whole
+// here and sent over the lean connection; a longer one goes through the
+// plain proxy, which streams it to the agent (that reads it within the
+// sandbox's own memory limit, up to 8 MiB). Serve holds at most this much
+// of one request, whatever a tenant sends.
+const maxLeanBody = 64 << 10
 
 // executeLean answers an SDK's POST /execute over the agent's lean
 // execution connection (docs/agent-protocol.md) instead of proxying it as

@@ -51,6 +51,22 @@ func TestExecuteThroughServeLean(t *testing.T) {
 	if resp.StatusCode != 413 && resp.StatusCode != 400 {
 		t.Fatalf("a 9 MiB cell: %d %.200s", resp.StatusCode, out)
 	}
+	// A cell over the lean path's 64 KiB, sent chunked (no length ahead):
+	// serve reads 64 KiB, then hands the whole body to the plain proxy.
+	big := `{"code":"s = '` + strings.Repeat("z", 100<<10) + `'\nlen(s)"}`
+	req, _ := http.NewRequest("POST", base+"/execute", io.MultiReader(strings.NewReader(big)))
+	req.Header.Set("E2b-Sandbox-Id", sb.SandboxID)
+	req.Header.Set("E2b-Sandbox-Port", "49999")
+	req.Header.Set("X-Access-Token", sb.EnvdAccessToken)
+	if resp, err := http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"text": "102400"`) {
+			t.Fatalf("a 100 KiB chunked cell: %d %.300s", resp.StatusCode, b)
+		}
+	}
 	// The SDK giving up interrupts the cell; the context stays usable.
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	post(cctx, `{"code":"import time\nfor _ in range(600): time.sleep(0.1)\nflag = 1"}`)
