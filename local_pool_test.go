@@ -120,6 +120,12 @@ func TestLocalWarmPool(t *testing.T) {
 	if hits := after.Hits - before.Hits; hits != 2 {
 		t.Fatalf("pool hits = %d, want 2 (stats %+v)", hits, after)
 	}
+	// Each claimed sandbox's default kernel is up at the claim (the pool
+	// counts an entry ready only then), having executed nothing.
+	kernels := map[string]map[int]bool{}
+	for _, r := range poolRecords(t, rt) {
+		kernels[r.ID] = pythonNSPids(r.AgentPid)
+	}
 	// Nothing of a pool entry's past: no execution before ours, the files
 	// of a cold sandbox (the kernel's cache) and no others.
 	const listing = "import os; sorted(os.listdir('/home/user')) + sorted(os.listdir('/tmp'))"
@@ -134,6 +140,14 @@ func TestLocalWarmPool(t *testing.T) {
 		}
 		if ex.ExecutionCount != 1 || ex.Text() != want.Text() {
 			t.Fatalf("claimed sandbox %d: execution count %d, files %s; want the first execution, files %s as in a cold sandbox", i, ex.ExecutionCount, ex.Text(), want.Text())
+		}
+		ex, err = sb.RunCode(ctx, "import os; [os.getpid(), len(In)]")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pidIn [2]int
+		if _, err := fmt.Sscanf(ex.Text(), "[%d, %d]", &pidIn[0], &pidIn[1]); err != nil || !kernels[sb.ID()][pidIn[0]] || pidIn[1] != 3 {
+			t.Fatalf("claimed sandbox %d: kernel pid and history %s (%v); want a kernel running before the claim (pids %v) with two cells run", i, ex.Text(), err, kernels[sb.ID()])
 		}
 		if sb.Name() != fmt.Sprintf("claimed-%d", i) {
 			t.Fatalf("name %q", sb.Name())
@@ -299,4 +313,36 @@ func poolOwner(rt string) {
 	}
 	fmt.Println("pool ready")
 	select {}
+}
+
+// pythonNSPids are the pids, in their own pid namespace, of the python
+// processes under the host process pid.
+func pythonNSPids(pid int) map[int]bool {
+	out := map[int]bool{}
+	var walk func(int)
+	walk = func(p int) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		for _, task := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", p, task.Name()))
+			for _, f := range strings.Fields(string(b)) {
+				c, _ := strconv.Atoi(f)
+				if c <= 0 {
+					continue
+				}
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c))
+				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", c))
+				for _, l := range strings.Split(string(st), "\n") {
+					if ns, ok := strings.CutPrefix(l, "NSpid:"); ok && strings.HasPrefix(string(comm), "python") {
+						fs := strings.Fields(ns)
+						if n, err := strconv.Atoi(fs[len(fs)-1]); err == nil {
+							out[n] = true
+						}
+					}
+				}
+				walk(c)
+			}
+		}
+	}
+	walk(pid)
+	return out
 }

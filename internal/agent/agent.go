@@ -205,7 +205,7 @@ func (s *Server) idleCheck() {
 // one may be set later, when a warm-pool sandbox is claimed.)
 func (s *Server) inUse(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" || r.URL.Path == "/x/info" {
+		if r.URL.Path == "/health" || r.URL.Path == "/x/info" || r.URL.Path == "/x/warm" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -445,11 +445,29 @@ func (s *Server) routes() {
 	m.HandleFunc("PUT /x/contexts/{id}/variables/{name}", s.handleSetVariable)
 	m.HandleFunc("GET /x/info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.info()) })
 	m.HandleFunc("POST /x/timeout", s.handleTimeout)
+	// The warm pool asks for this before it counts a sandbox as ready, so a
+	// claimer's first cell meets a running kernel, not one still starting
+	// (the prewarm started at Serve is usually mid-way when the agent first
+	// answers). Idempotent: it starts the default python kernel (or waits for
+	// the start in progress) and answers once the kernel has answered a
+	// no-op command, bounded by the request's context.
+	m.HandleFunc("POST /x/warm", func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.contexts.defaultFor("python", s.cfg.Workdir)
+		if err == nil {
+			err = c.session.Warm(r.Context())
+		}
+		if err != nil {
+			writeJSONError(w, http.StatusInternalServerError, "starting the default python kernel: "+err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	m.HandleFunc("POST /x/shutdown", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		go func() { time.Sleep(50 * time.Millisecond); s.expire() }()
 	})
 	m.HandleFunc("GET /x/forward/{port}", s.handleForward)
+	m.HandleFunc("GET /x/exec", s.handleExecConn)
 	m.HandleFunc("POST /x/tools", s.handleTools)
 	m.HandleFunc("POST /x/tools/calls/{id}", s.handleToolResult)
 }

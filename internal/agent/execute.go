@@ -96,60 +96,80 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	var req executeRequest
 	body := http.MaxBytesReader(w, r.Body, maxCodeBytes)
 	if err := json.NewDecoder(body).Decode(&req); err != nil {
-		textError(w, http.StatusBadRequest, "invalid execution request: "+err.Error()+`; send JSON {"code": "...", "context_id"?: "...", "language"?: "...", "env_vars"?: {...}}`)
+		textError(w, http.StatusBadRequest, badExecuteRequest(err))
 		return
 	}
-	if req.ContextID != nil && *req.ContextID != "" && req.Language != nil && *req.Language != "" {
-		textError(w, http.StatusBadRequest, "Only one of context_id or language can be provided")
+	cc, status, msg := s.executionContext(&req)
+	if status != 0 {
+		textError(w, status, msg)
 		return
 	}
-	if req.Timeout < 0 {
-		textError(w, http.StatusBadRequest, "timeout must be a positive number of seconds")
-		return
-	}
-	var cc *codeContext
-	if req.ContextID != nil && *req.ContextID != "" {
-		cc = s.contexts.get(*req.ContextID)
-		if cc == nil {
-			textError(w, http.StatusNotFound, fmt.Sprintf("Context %s not found", *req.ContextID))
-			return
-		}
-	} else {
-		lang := ""
-		if req.Language != nil {
-			lang = *req.Language
-		}
-		var err error
-		cc, err = s.contexts.defaultFor(lang, s.cfg.Workdir)
-		if errors.Is(err, errUnsupportedLanguage) {
-			textError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		if err != nil {
-			textError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-	}
-
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
-	lw := newLineWriter(w)
+	rc := http.NewResponseController(w)
+	lw := newLineWriter(w, rc.Flush, rc.SetWriteDeadline)
 	defer lw.close()
-	// The headers go out now, not with the first line (which may be a long
+	// The headers go out soon, not with the first line (which may be a long
 	// time coming): a client whose sandbox dies mid-run then sees a response
 	// in progress cut off, which E2B's SDKs report as "killed while the
 	// request was in progress", rather than a request that never answered.
-	lw.flushHeaders()
+	// Not at once: a cell that ends within headerFlushDelay (most do) then
+	// answers in one write, headers and all lines, and the client wakes once.
+	lw.flushHeadersAfter(headerFlushDelay)
+	// A client that disconnects interrupts its execution, as E2B's server
+	// does. The interrupt is scoped to this execution: the disconnect
+	// notice can arrive after it ended, when another request's cell is
+	// running.
+	s.execute(cc, req, lw, r.Context().Done())
+	// Not flushed here: the handler's return flushes it together with the
+	// end of the chunked body, in one write.
+	lw.writeFlush(ordered{{"type", "end_of_execution"}}, false)
 	s.touch()
+}
 
+func badExecuteRequest(err error) string {
+	return "invalid execution request: " + err.Error() + `; send JSON {"code": "...", "context_id"?: "...", "language"?: "...", "env_vars"?: {...}}`
+}
+
+// executionContext checks req and finds the context it runs in; a non-zero
+// status is a refusal, with its message.
+func (s *Server) executionContext(req *executeRequest) (*codeContext, int, string) {
+	if req.ContextID != nil && *req.ContextID != "" && req.Language != nil && *req.Language != "" {
+		return nil, http.StatusBadRequest, "Only one of context_id or language can be provided"
+	}
+	if req.Timeout < 0 {
+		return nil, http.StatusBadRequest, "timeout must be a positive number of seconds"
+	}
+	if req.ContextID != nil && *req.ContextID != "" {
+		cc := s.contexts.get(*req.ContextID)
+		if cc == nil {
+			return nil, http.StatusNotFound, fmt.Sprintf("Context %s not found", *req.ContextID)
+		}
+		return cc, 0, ""
+	}
+	lang := ""
+	if req.Language != nil {
+		lang = *req.Language
+	}
+	cc, err := s.contexts.defaultFor(lang, s.cfg.Workdir)
+	if errors.Is(err, errUnsupportedLanguage) {
+		return nil, http.StatusBadRequest, err.Error()
+	}
+	if err != nil {
+		return nil, http.StatusInternalServerError, err.Error()
+	}
+	return cc, 0, ""
+}
+
+// execute runs one cell in cc, writing its lines but the last
+// (end_of_execution) to lw. A close of interrupt interrupts the cell, but
+// the kernel still finishes cleanly so the context stays usable.
+func (s *Server) execute(cc *codeContext, req executeRequest, lw *lineWriter, interrupt <-chan struct{}) {
+	s.touch()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// A client that disconnects interrupts its execution, as E2B's server does,
-	// but we still let the kernel finish cleanly so the context stays usable.
-	// The interrupt is scoped to this execution: the disconnect notice can
-	// arrive after it ended, when another request's cell is running.
-	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars, Interrupt: r.Context().Done()}
+	kreq := kernel.Request{Code: req.Code, EnvVars: req.EnvVars, Interrupt: interrupt}
 	if req.Timeout > 0 {
 		kreq.Timeout = secs.Duration(req.Timeout) // 1e300 is "very long", not an overflow
 	}
@@ -163,17 +183,15 @@ func (s *Server) handleExecute(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		lw.write(errorLine("SandboxError", err.Error(), ""))
-	} else {
-		// Our extensions: E2B's SDKs ignore line types they don't know.
-		if out.ExitCode != nil {
-			lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
-		}
-		if out.Interrupted || out.TimedOut || out.KernelDied {
-			lw.write(ordered{{"type", "execution_status"}, {"interrupted", out.Interrupted}, {"timed_out", out.TimedOut}, {"kernel_died", out.KernelDied}})
-		}
+		return
 	}
-	lw.write(ordered{{"type", "end_of_execution"}})
-	s.touch()
+	// Our extensions: E2B's SDKs ignore line types they don't know.
+	if out.ExitCode != nil {
+		lw.write(ordered{{"type", "exit_code"}, {"exit_code", *out.ExitCode}})
+	}
+	if out.Interrupted || out.TimedOut || out.KernelDied {
+		lw.write(ordered{{"type", "execution_status"}, {"interrupted", out.Interrupted}, {"timed_out", out.TimedOut}, {"kernel_died", out.KernelDied}})
+	}
 }
 
 func errorLine(name, value, traceback string) ordered {
@@ -201,36 +219,55 @@ func eventLine(ev kernel.Event) ordered {
 // lineWriter serialises NDJSON lines from the kernel callback and the
 // keepalive ticker, flushing each so output is live.
 type lineWriter struct {
-	mu     sync.Mutex
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	last   time.Time
-	broken bool
-	done   chan struct{}
-	every  time.Duration // keepaliveEvery when the stream started
+	mu       sync.Mutex
+	w        io.Writer
+	flush    func() error
+	deadline func(time.Time) error // of writes
+	last     time.Time
+	broken   bool
+	flushed  bool        // the headers went out
+	hdr      *time.Timer // flushHeadersAfter's
+	ka       *time.Timer // the keepalive's
+	done     chan struct{}
+	every    time.Duration // keepaliveEvery when the stream started
 }
 
-func newLineWriter(w http.ResponseWriter) *lineWriter {
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
-	go lw.keepalive()
+// headerFlushDelay: how long /execute may hold its headers back, hoping to
+// send them with the whole answer.
+const headerFlushDelay = 2 * time.Millisecond
+
+func newLineWriter(w io.Writer, flush func() error, deadline func(time.Time) error) *lineWriter {
+	lw := &lineWriter{w: w, flush: flush, deadline: deadline, last: time.Now(), done: make(chan struct{}), every: keepaliveEvery}
+	// A timer, not a goroutine with a ticker: most executions end long
+	// before the first keepalive, and starting a goroutine per execution
+	// wakes another thread of the runtime for nothing.
+	lw.mu.Lock()
+	lw.ka = time.AfterFunc(lw.every, lw.keepalive)
+	lw.mu.Unlock()
 	return lw
 }
 
+// keepalive runs when the stream may have been silent for lw.every: it
+// writes a keepalive line if it was, and sets itself for the next check.
 func (lw *lineWriter) keepalive() {
-	t := time.NewTicker(lw.every / 5)
-	defer t.Stop()
-	for {
-		select {
-		case <-lw.done:
-			return
-		case <-t.C:
-			lw.mu.Lock()
-			idle := time.Since(lw.last) >= lw.every
-			lw.mu.Unlock()
-			if idle {
-				lw.write(ordered{{"type", "keepalive"}})
-			}
-		}
+	select {
+	case <-lw.done:
+		return
+	default:
+	}
+	lw.mu.Lock()
+	idle := time.Since(lw.last)
+	lw.mu.Unlock()
+	if idle >= lw.every {
+		lw.write(ordered{{"type", "keepalive"}})
+		idle = 0
+	}
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	select {
+	case <-lw.done:
+	default:
+		lw.ka.Reset(lw.every - idle)
 	}
 }
 
@@ -249,7 +286,7 @@ func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 		return
 	}
 	// A client that stops reading must not hold the kernel forever.
-	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	_ = lw.deadline(time.Now().Add(2 * time.Minute))
 	if _, err := lw.w.Write(b); err != nil {
 		lw.broken = true
 		return
@@ -257,18 +294,35 @@ func (lw *lineWriter) writeFlush(v ordered, flush bool) {
 	if !flush {
 		return
 	}
-	if err := lw.rc.Flush(); err != nil {
+	lw.flushed = true
+	if err := lw.flush(); err != nil {
 		lw.broken = true
 	}
 }
 
-func (lw *lineWriter) flushHeaders() {
+func (lw *lineWriter) isBroken() bool {
 	lw.mu.Lock()
 	defer lw.mu.Unlock()
-	_ = lw.rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
-	if err := lw.rc.Flush(); err != nil {
-		lw.broken = true
-	}
+	return lw.broken
+}
+
+// flushHeadersAfter sends the headers after d unless a flushing write (or
+// the end of the response) sent them first.
+func (lw *lineWriter) flushHeadersAfter(d time.Duration) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	lw.hdr = time.AfterFunc(d, func() {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		if lw.broken || lw.flushed {
+			return
+		}
+		lw.flushed = true
+		_ = lw.deadline(time.Now().Add(2 * time.Minute))
+		if err := lw.flush(); err != nil {
+			lw.broken = true
+		}
+	})
 }
 
 // close stops the keepalive and every later write: the handler returns
@@ -279,5 +333,9 @@ func (lw *lineWriter) close() {
 	close(lw.done)
 	lw.mu.Lock()
 	lw.broken = true
+	if lw.hdr != nil {
+		lw.hdr.Stop()
+	}
+	lw.ka.Stop()
 	lw.mu.Unlock()
 }

@@ -37,7 +37,8 @@ func TestKeepaliveNotAfterReturn(t *testing.T) {
 	var late int64
 	for i := 0; i < 300; i++ {
 		w := &afterReturn{h: http.Header{}}
-		lw := newLineWriter(w)
+		rc := http.NewResponseController(w)
+		lw := newLineWriter(w, rc.Flush, rc.SetWriteDeadline)
 		time.Sleep(time.Duration(i%7) * 100 * time.Microsecond)
 		lw.write(ordered{{"type", "end_of_execution"}})
 		time.Sleep(time.Duration(i%5) * 120 * time.Microsecond)
@@ -48,5 +49,31 @@ func TestKeepaliveNotAfterReturn(t *testing.T) {
 	}
 	if late > 0 {
 		t.Fatalf("%d keepalive writes after the handler returned", late)
+	}
+}
+
+type countingWriter struct{ lines atomic.Int64 }
+
+func (c *countingWriter) Write(b []byte) (int, error) { c.lines.Add(1); return len(b), nil }
+
+// TestKeepaliveWhileSilent: a silent stream gets a keepalive line every
+// keepaliveEvery (what lets a client's stall bound tell a long cell from a
+// dead sandbox), and none once closed.
+func TestKeepaliveWhileSilent(t *testing.T) {
+	old := keepaliveEvery
+	keepaliveEvery = 20 * time.Millisecond
+	defer func() { keepaliveEvery = old }()
+	w := &countingWriter{}
+	lw := newLineWriter(w, func() error { return nil }, func(time.Time) error { return nil })
+	for deadline := time.Now().Add(30 * time.Second); w.lines.Load() < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keepalives in 30 s of silence at one per 20 ms", w.lines.Load())
+		}
+	}
+	lw.close()
+	n := w.lines.Load()
+	time.Sleep(100 * time.Millisecond)
+	if w.lines.Load() != n {
+		t.Fatal("a keepalive after close")
 	}
 }

@@ -3,6 +3,10 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -56,4 +60,32 @@ func FuzzReadStream(f *testing.F) {
 			t.Fatal("more lines than bytes")
 		}
 	})
+}
+
+// Downloads over the agent's socket ask for no compression: Go's transport
+// would otherwise ask for gzip on its own, and the agent would compress
+// every byte of a file only for this side to decompress it.
+func TestUnixClientNoGzip(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Accept-Encoding")
+		_, _ = io.WriteString(w, "data")
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c := New(Options{EnvdURL: "http://sandbox", HTTPClient: UnixHTTPClient(sock)})
+	rc, err := c.ReadFile(context.Background(), "/home/user/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(rc)
+	rc.Close()
+	if ae := <-got; ae != "" || string(b) != "data" {
+		t.Fatalf("Accept-Encoding %q, body %q: want none asked for", ae, b)
+	}
 }

@@ -34,7 +34,7 @@ func newMetrics(s *Server) *metrics {
 		api: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "code_sandboxes_serve_api_seconds",
 			Help: "Control-plane request latency, by route and status.", Buckets: prometheus.DefBuckets}, []string{"route", "status"}),
 		dataPath: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "code_sandboxes_serve_proxy_seconds",
-			Help:    "Data-plane time to the upstream's response headers, by kind (envd, tunnel).",
+			Help:    "Data-plane time to the upstream's response headers, by kind (envd, tunnel; execute: a whole /execute over the agent's lean connection).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}}, []string{"kind", "status"}),
 	}
 	m.reg.MustRegister(m.running, m.creates, m.kills, m.refused, m.api, m.dataPath,

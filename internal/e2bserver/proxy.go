@@ -211,6 +211,9 @@ func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry,
 			r.Body = http.MaxBytesReader(w, r.Body, maxProxyBody)
 		}
 	}
+	if (port == EnvdPort || port == InterpreterPort) && r.Method == http.MethodPost && r.URL.Path == "/execute" && p.executeLean(w, r, e) {
+		return
+	}
 	ctx := context.WithValue(r.Context(), targetKey{}, target{e: e, port: port})
 	p.rp.ServeHTTP(w, r.WithContext(ctx))
 }

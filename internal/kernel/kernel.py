@@ -78,6 +78,7 @@ class _State:
     child = None  # _Child running the cells of a non-Python context
     kids = []  # subprocess.Popen objects started and not seen finished
     forked = False  # os.fork/posix_spawn made a child we can't see finish
+    held = None  # (data, md): the cell's main result, sent with its done frame
 
 
 _st = _State()
@@ -151,14 +152,18 @@ def _marker_locked():
     return mask
 
 
-def _send(obj, sync=True):
+def _send(obj, sync=True, then=None):
     """Send one event frame. Safe against SIGINT: an interrupt arriving in
     the middle is deferred so a frame is never cut in half. sync=False sends
     no pipe markers (mask 0): for frames that order nothing, such as "start",
-    Go then need not wait on the output pipes."""
+    Go then need not wait on the output pipes. then: a second frame sent in
+    the same write, after the first and ordered by its markers (mask 0): a
+    cell's main result and its "done" cost one write and one set of markers,
+    not two."""
     body = _enc(obj)
     if len(body) + 64 > _st.max_frame:
         raise _TooBig(len(body))
+    body2 = _enc(then) if then is not None else None
     main = _thread.get_ident() == _MAIN_THREAD
     with _lock:
         if main:
@@ -168,7 +173,11 @@ def _send(obj, sync=True):
                 _flush_locked(False)
             mask = _marker_locked() if sync else 0
             payload = ('{"e":%d,"m":%d,%s' % (_st.epoch, mask, body[1:])).encode()
-            _write_all(_EVT_FD, _MAGIC + len(payload).to_bytes(4, "big") + payload)
+            data = _MAGIC + len(payload).to_bytes(4, "big") + payload
+            if body2 is not None:
+                p2 = ('{"e":%d,"m":0,%s' % (_st.epoch, body2[1:])).encode()
+                data += _MAGIC + len(p2).to_bytes(4, "big") + p2
+            _write_all(_EVT_FD, data)
             _st.last = None
         finally:
             if main:
@@ -787,8 +796,9 @@ def _frame_data(df, pd):
     return {str(k): [cell(v) for v in vs] for k, vs in df.to_dict(orient="list").items()}
 
 
-def _publish(data, md, main):
-    """Encode a MIME bundle and send it, unless it is too big for one event."""
+def _publish(data, md, main, then=None):
+    """Encode a MIME bundle and send it, unless it is too big for one event;
+    then (a frame) is sent after it either way."""
     size = 0
     out = {}
     for mime, v in data.items():
@@ -818,7 +828,7 @@ def _publish(data, md, main):
         out[mime] = v
     if size <= _st.max_event:
         try:
-            _send({"t": "display", "main": bool(main), "data": out, "md": md})
+            _send({"t": "display", "main": bool(main), "data": out, "md": md}, then=then)
             return
         except _TooBig:
             pass
@@ -826,6 +836,16 @@ def _publish(data, md, main):
         "[display output dropped: the %s payload is over the limit of %d bytes per event]"
         % ("main result" if main else "display", _st.max_event)
     )
+    if then is not None:
+        _send(then)
+
+
+def _release_held():
+    """Publish a main result held back for the cell's done frame now (an
+    error is about to be sent, which must come after it)."""
+    held, _st.held = _st.held, None
+    if held is not None:
+        _publish(held[0], held[1], True)
 
 
 def display(*objs, include=None, exclude=None, metadata=None, transient=None,
@@ -2367,7 +2387,13 @@ def _exec_cell(count, src):
         _remember(count, v)
         if v is not None:
             data, md = _bundle(v)
-            _publish(data, md, True)
+            if "matplotlib.pyplot" in sys.modules or _is_figure(v):
+                _publish(data, md, True)
+            else:
+                # Nothing of the user's runs between here and the done
+                # frame (_flush_figures has nothing to show without pyplot):
+                # the two go out together.
+                _st.held = (data, md)
             if _is_figure(v):
                 _close_figure(v)
     except SystemExit as e:
@@ -2414,13 +2440,19 @@ def _cmd_exec(fields):
                     os.environ[k] = v
     except BaseException as e:  # e.g. KeyboardInterrupt landing in our own code
         try:
+            _release_held()
             _send_error(e)
         except BaseException:
             pass
     finally:
         _st.busy = False
         _st.pending = False
-    _send({"t": "done", "id": cid, "exit": exit_code})
+    done = {"t": "done", "id": cid, "exit": exit_code}
+    held, _st.held = _st.held, None
+    if held is not None:
+        _publish(held[0], held[1], True, then=done)
+    else:
+        _send(done)
 
 
 def _valid_name(name):
@@ -2540,6 +2572,12 @@ def _main():
             setattr(os, name, _flushing(f, after))
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)
     handlers = {b"exec": _cmd_exec, b"get": _cmd_get, b"set": _cmd_set}
+    # The first cell would pay for CPython's AST types (created on the first
+    # PyCF_ONLY_AST compile: ~1 ms) and the display path's first use; pay
+    # here instead, so a prewarmed kernel's first cell costs what the next
+    # ones do. Touches no user state.
+    _split_last("0", "<warm>")
+    _bundle(0)
     while True:
         try:
             fields = _read_cmd()

@@ -97,3 +97,37 @@ for i in range(N):
 		})
 	}
 }
+
+// TestMainResultWithDone: the main result goes out with the cell's done
+// frame in one write (kernel.py holds it back); output before it, including
+// what the value's own repr prints and what a child writes to fd 1 straight,
+// still comes first, and an error after it (an interrupt landing in the
+// kernel's own code) still comes after it.
+func TestMainResultWithDone(t *testing.T) {
+	s := newTestSession(t)
+	for range 20 {
+		r := exec1(t, s, `
+import os
+class A:
+    def __repr__(self):
+        print("in repr", flush=True)
+        return "A!"
+print("before", flush=True)
+os.system("echo child")
+A()`)
+		var seq []string
+		for _, e := range r.events {
+			switch {
+			case e.Type == EventStdout:
+				seq = append(seq, strings.Split(strings.TrimSpace(e.Text), "\n")...)
+			case e.Type == EventResult && e.IsMainResult:
+				seq = append(seq, "result "+str(t, e.Data["text/plain"]))
+			case e.Type == EventResult || e.Type == EventError:
+				seq = append(seq, e.Type)
+			}
+		}
+		if got := strings.Join(seq, ","); got != "before,child,in repr,result A!" {
+			t.Fatalf("events %s", got)
+		}
+	}
+}

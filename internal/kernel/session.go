@@ -348,6 +348,23 @@ func (s *Session) Start(ctx context.Context) error {
 	return err
 }
 
+// Warm starts the kernel if none runs and waits until it answers a command
+// (Start returns once the process is spawned, before Python has imported
+// the kernel). The command is a variable lookup of an invalid name, which
+// touches nothing: no execution count, no namespace, no output.
+func (s *Session) Warm(ctx context.Context) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.unlock()
+	k, _, err := s.kernel(true)
+	if err != nil {
+		return err
+	}
+	_, err = s.roundTrip(ctx, k, []byte("get"), nil, nil)
+	return err
+}
+
 // Close kills the kernel's process group, reaps it, and makes further calls
 // fail with ErrClosed. A running Execute returns promptly.
 func (s *Session) Close() error {

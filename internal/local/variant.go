@@ -308,7 +308,7 @@ type instance struct {
 
 func newInstance(rt, id, token string) *instance {
 	sock := filepath.Join(rt, dirName(id), socketFile)
-	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), AccessToken: token})
+	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), Dial: client.UnixDial(sock), AccessToken: token})
 	return &instance{rt: rt, id: id, c: c}
 }
 
@@ -460,9 +460,7 @@ func (i *instance) Kill(ctx context.Context) error {
 
 func (i *instance) Release() error {
 	i.fw.Close()
-	if tr, ok := i.c.HTTPClient().Transport.(interface{ CloseIdleConnections() }); ok {
-		tr.CloseIdleConnections()
-	}
+	i.c.CloseIdleConnections()
 	return nil
 }
 
