@@ -65,8 +65,9 @@ const (
 const StatusPaused = "paused"
 
 type pauseState struct {
-	mu sync.Mutex
-	ok bool
+	mu     sync.Mutex
+	ok     bool
+	serial sync.Mutex // checkpointOnce
 }
 
 // pausable is a supervised sandbox that can pause.
@@ -82,7 +83,7 @@ func (g *gvisorSandbox) handlePause(dir string) {
 	signal.Notify(usr2, syscall.SIGUSR2)
 	go func() {
 		for range usr2 {
-			if err := g.checkpoint(dir); err != nil {
+			if err := g.checkpointOnce(dir); err != nil {
 				_ = os.WriteFile(filepath.Join(dir, pauseResult), []byte("error: "+err.Error()), 0o600)
 				continue
 			}
@@ -354,7 +355,10 @@ func (i *instance) Resume(ctx context.Context) error {
 	if err := startShim(ctx, exe, ss); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w (it stays paused)", i.id, err)
 	}
-	return i.waitHealthy(ctx, 30*time.Second)
+	if err := i.waitHealthy(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	return i.afterResume(ctx, r)
 }
 
 // startShim starts a supervisor for ss and waits for its report.

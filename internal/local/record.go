@@ -60,6 +60,10 @@ type record struct {
 	// on disk under the state directory, not in the runtime directory,
 	// which is usually a tmpfs (RAM) (checkpointDirOf).
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// AutoPause: the lifetime's end pauses the sandbox instead of killing
+	// it (autopause.go); Lifetime is what a resume gives it back then.
+	AutoPause bool          `json:"auto_pause,omitempty"`
+	Lifetime  time.Duration `json:"lifetime,omitempty"`
 }
 
 const (

@@ -315,13 +315,12 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 		// updates end_at in the record, so re-read it.
 		// Sleep until the recorded end (plus grace) rather than polling: an
 		// idle host with hundreds of sandboxes should cost nothing.
-		const grace = 5 * time.Second
-		wake := func() time.Duration {
-			cur, err := readRecord(dir)
-			if err != nil || cur.EndAt.IsZero() {
-				return time.Minute
-			}
-			return time.Until(cur.EndAt.Add(grace))
+		// An AutoPause sandbox is paused at its end (autopause.go), and
+		// SIGWINCH says SetTimeout moved it.
+		wake := func() time.Duration { return lifetimeWake(dir, pp != nil) }
+		moved := make(chan os.Signal, 1)
+		if pp != nil {
+			signal.Notify(moved, syscall.SIGWINCH)
 		}
 		t := time.NewTimer(wake())
 		defer t.Stop()
@@ -332,12 +331,14 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 			case <-sigs:
 				_ = proc.Kill()
 				return
+			case <-moved:
+				t.Reset(wake())
 			case <-t.C:
 				if d := wake(); d > 0 {
 					t.Reset(d) // SetTimeout moved the end
 					continue
 				}
-				_ = proc.Kill()
+				endLifetime(dir, proc)
 				return
 			}
 		}

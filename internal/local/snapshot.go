@@ -170,12 +170,20 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.
 	if r.Remaining <= 0 {
 		r.Remaining = spec.Lifetime
 	}
+	r.AutoPause, r.Lifetime = spec.AutoPause, 0
+	if spec.AutoPause {
+		r.Lifetime = spec.Lifetime
+	}
 	if err := startShim(ctx, exe, ss); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
 	}
 	inst := newInstance(rt, id, token)
 	if err := inst.waitHealthy(ctx, 30*time.Second); err != nil {
+		_ = inst.Kill(context.Background())
+		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
+	}
+	if err := inst.afterResume(ctx, r); err != nil {
 		_ = inst.Kill(context.Background())
 		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
 	}
