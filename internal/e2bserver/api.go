@@ -151,6 +151,8 @@ type newSandbox struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *autoResumeReq    `json:"autoResume"`
 	Network             *networkOpts      `json:"network"`
 	IAM                 json.RawMessage   `json:"iam"`
 	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
@@ -261,9 +263,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	private := false
 	switch {
-	case req.AutoPause != nil && *req.AutoPause:
-		writeError(w, http.StatusBadRequest, "autoPause (lifecycle onTimeout 'pause') is not supported: sandboxes here are killed when their timeout ends")
-		return
 	case req.Network != nil && refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts) != "":
 		writeError(w, http.StatusBadRequest, "%s", refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts))
 		return
@@ -334,6 +333,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	for key, v := range s.cfg.Tags {
 		tags[key] = v // the operator's tags on every sandbox
 	}
+	autoPause, autoResume, refusal := s.lifecycleOf(req, nw.Policy)
+	if refusal != "" {
+		writeError(w, http.StatusBadRequest, "%s", refusal)
+		return
+	}
+	if autoPause {
+		tags[tagOnTimeout] = "pause"
+	}
+	if autoResume {
+		tags[tagAutoResume] = "true"
+	}
 	tags[tagTemplate] = req.TemplateID
 	tags[tagTeam] = k.Team
 	if private {
@@ -370,7 +380,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg
 	cfg.Tags = tags
 	cfg.Env = req.EnvVars
-	cfg.MaxLifetime = lifetime
+	cfg.MaxLifetime, cfg.AutoPause = lifetime, autoPause
 	cfg.NetworkPolicy, cfg.AllowedHosts, cfg.DeniedHosts, cfg.AllowPrivate = nw.Policy, nw.AllowedHosts, nw.DeniedHosts, nw.AllowPrivate
 	cfg.Tools = tools
 	cfg.Memory, cfg.CPU = q.Memory, q.CPU
@@ -414,6 +424,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.logs = logs
+	e.autoResume = autoResume
 	e.net.Store(&st)
 	if testHookCreated != nil {
 		testHookCreated()
@@ -673,7 +684,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		d.AllowInternetAccess = st.internet
 		d.Network = &networkInfo{AllowOut: st.allowOut, DenyOut: st.denyOut, AllowPublicTraffic: !e.private, MaskRequestHost: st.mask}
 	}
-	d.Lifecycle.OnTimeout = "kill"
+	d.Lifecycle.OnTimeout, d.Lifecycle.AutoResume = lifecycleOfInfo(i)
 	writeJSON(w, http.StatusOK, d)
 }
 

@@ -217,6 +217,8 @@ type entry struct {
 	lastUsage          driver.Usage // guarded by Server.mu
 	inflight           atomic.Int32 // data-plane requests open
 	logs               *sandboxLog  // the template's start command's output; nil = none
+	autoResume         bool         // traffic resumes it when paused (autopause.go)
+	resumeMu           sync.Mutex   // one resume by traffic at a time
 }
 
 // teamState is a team's quota and what it has in flight.
@@ -597,6 +599,9 @@ func (s *Server) Adopt(ctx context.Context) error {
 			continue
 		}
 		e, err := s.newEntry(sb, i.Tags[tagTeam], t, i.Tags[tagPrivate] == "true", i.Memory, i.CPUs)
+		if e != nil {
+			e.autoResume = i.Tags[tagAutoResume] == "true"
+		}
 		if err != nil {
 			_ = sb.Detach()
 			errs = append(errs, err)
