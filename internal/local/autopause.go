@@ -10,7 +10,9 @@ package local
 import (
 	"context"
 	"fmt"
-
+	"os"
+	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -122,4 +124,22 @@ func (i *instance) afterResume(ctx context.Context, r *record) error {
 		return err
 	}
 	return i.SetTimeout(ctx, max(time.Until(cur.EndAt), time.Second))
+}
+
+var (
+	shimSignals          sync.Once
+	pauseSig, timeoutSig chan os.Signal
+)
+
+// listenShimSignals starts listening, once per shim, for the signals of a
+// pausable sandbox's supervisor: SIGUSR2 (pause) and SIGWINCH (its end
+// moved). It returns the SIGUSR2 channel. A gVisor shim calls it before it
+// reports the sandbox up: a signal sent before would be lost.
+func listenShimSignals() chan os.Signal {
+	shimSignals.Do(func() {
+		pauseSig, timeoutSig = make(chan os.Signal, 1), make(chan os.Signal, 1)
+		signal.Notify(pauseSig, syscall.SIGUSR2)
+		signal.Notify(timeoutSig, syscall.SIGWINCH)
+	})
+	return pauseSig
 }

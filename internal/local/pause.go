@@ -33,7 +33,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -79,8 +78,7 @@ type pausable interface {
 
 // handlePause runs a pause on each SIGUSR2 to the shim.
 func (g *gvisorSandbox) handlePause(dir string) {
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
+	usr2 := listenShimSignals()
 	go func() {
 		for range usr2 {
 			if err := g.checkpointOnce(dir); err != nil {

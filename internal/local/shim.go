@@ -318,9 +318,10 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 		// An AutoPause sandbox is paused at its end (autopause.go), and
 		// SIGWINCH says SetTimeout moved it.
 		wake := func() time.Duration { return lifetimeWake(dir, pp != nil) }
-		moved := make(chan os.Signal, 1)
+		var moved chan os.Signal // nil: never ready
 		if pp != nil {
-			signal.Notify(moved, syscall.SIGWINCH)
+			listenShimSignals()
+			moved = timeoutSig
 		}
 		t := time.NewTimer(wake())
 		defer t.Stop()
