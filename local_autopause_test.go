@@ -3,11 +3,14 @@ package sandboxes_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 )
 
 // AutoPause where the sandbox could not pause is refused at Create with
@@ -46,6 +49,8 @@ func TestLocalAutoPauseRefused(t *testing.T) {
 // agent's own clock must not end the sandbox first.
 func TestLocalGVisorAutoPause(t *testing.T) {
 	requireGVisor(t)
+	state := t.TempDir()
+	t.Setenv("CODE_SANDBOXES_STATE_DIR", state)
 	sb := newLocal(t, func(c *sandboxes.Config) {
 		c.Isolation, c.AutoPause, c.MaxLifetime = sandboxes.IsolationGVisor, true, 10*time.Minute
 	})
@@ -76,11 +81,23 @@ func TestLocalGVisorAutoPause(t *testing.T) {
 	if left := time.Until(info.EndAt); left < 5*time.Minute {
 		t.Errorf("resumed with %s left, want a whole lifetime (10m)", left)
 	}
-	// And again, from the resumed sandbox (its agent's clock was reset).
+	// And again, from the resumed sandbox (its agent's clock was reset);
+	// killed as soon as it says paused, which is mostly while its
+	// checkpoint is still written: nothing may be left (its supervisor
+	// did not hear the kill during the pause, and kept a paused record).
 	if err := sb.SetTimeout(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(ctx, t, sb, sandboxes.StatusPaused)
+	if err := sb.Close(); err != nil {
+		t.Fatalf("kill while auto-pausing: %v", err)
+	}
+	if _, err := os.Stat(local.SandboxDir(runtimeDir(t), sb.ID())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed sandbox's directory is still there (%v)", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(state, "paused")); len(ents) != 0 {
+		t.Errorf("a checkpoint of the killed sandbox is left: %v", ents)
+	}
 }
 
 func waitStatus(ctx context.Context, t *testing.T, sb *sandboxes.Sandbox, want string) {

@@ -37,7 +37,7 @@ func checkAutoPause(spec driver.Spec, isolation string) error {
 		return fmt.Errorf("%w: AutoPause pauses the sandbox when its lifetime ends, and pausing needs isolation gvisor (gVisor checkpoints the whole sandbox; CRIU, which isolation namespaces would need, fails on this kernel): create it with isolation gvisor", sberr.ErrNotSupported)
 	}
 	if spec.Network != "none" {
-		return fmt.Errorf("%w: AutoPause pauses the sandbox when its lifetime ends, and a sandbox with network %s can't pause (its sockets are the host's, runsc --network=host, which this gVisor can't checkpoint): use network none", sberr.ErrNotSupported, spec.Network)
+		return fmt.Errorf("%w: AutoPause pauses the sandbox when its lifetime ends, and a sandbox with network %s can't pause (it runs gVisor on the host's network stack, runsc --network=host, and runsc can't checkpoint hostinet): use network none", sberr.ErrNotSupported, spec.Network)
 	}
 	return nil
 }
@@ -76,11 +76,33 @@ func endLifetime(dir string, proc supervised) {
 func (g *gvisorSandbox) autoPause(dir string, r *record) error {
 	if r.Lifetime > 0 {
 		r.EndAt = time.Now().Add(r.Lifetime)
-		if err := writeRecord(dir, r); err != nil {
-			return err
-		}
+	}
+	// Paused from now on, for whoever asks (the timeout has passed);
+	// Resume waits for the checkpoint.
+	r.Pausing = true
+	if err := writeRecord(dir, r); err != nil {
+		return err
 	}
 	return g.checkpointOnce(dir)
+}
+
+// waitPausing waits while the sandbox is being auto-paused, and returns
+// its record once it is paused (or the pause ended it: ErrNotFound).
+func (i *instance) waitPausing(ctx context.Context, r *record) (*record, error) {
+	ctx, cancel := context.WithTimeout(ctx, pauseWait)
+	defer cancel()
+	for r.Pausing && !r.Paused && r.alive() {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("sandbox %s is being paused (its timeout ended): %w", i.id, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+		var err error
+		if r, err = i.record(); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
 }
 
 // checkpointOnce is checkpoint for both a caller's pause and the

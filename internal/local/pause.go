@@ -275,7 +275,9 @@ func pausableRecord(r *record) error {
 		return fmt.Errorf("%w: pause needs isolation gvisor (gVisor checkpoints the whole sandbox; CRIU, which isolation namespaces would need, fails on this kernel): create the sandbox with isolation gvisor", sberr.ErrNotSupported)
 	}
 	if r.Network != "none" {
-		return fmt.Errorf("%w: sandbox %s has network %s, whose sockets are the host's (runsc --network=host) and can't be checkpointed by this gVisor; pause needs network none", sberr.ErrNotSupported, r.ID, r.Network)
+		// Measured: runsc refuses any checkpoint under --network=host
+		// ("checkpoint not supported when using hostinet"), sockets or not.
+		return fmt.Errorf("%w: sandbox %s has network %s, which runs gVisor on the host's network stack (runsc --network=host, hostinet), and runsc can't checkpoint hostinet; pause needs network none", sberr.ErrNotSupported, r.ID, r.Network)
 	}
 	return nil
 }
@@ -286,6 +288,9 @@ func pausableRecord(r *record) error {
 func (i *instance) Pause(ctx context.Context) error {
 	r, err := i.record()
 	if err != nil {
+		return err
+	}
+	if r, err = i.waitPausing(ctx, r); err != nil {
 		return err
 	}
 	if r.Paused {
@@ -334,6 +339,10 @@ func (i *instance) Resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r, err = i.waitPausing(ctx, r); err != nil {
+		return err
+	}
+	r.Pausing = false
 	if !r.Paused {
 		if r.alive() {
 			return nil

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -309,6 +310,7 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 		go watchOwner(owner, proc)
 	}
 	done := make(chan struct{})
+	var killed atomic.Bool // a kill came, even during a pause: no paused record
 	go func() {
 		// Backup for the agent's own lifetime enforcement: if the agent is
 		// wedged past its end (+ grace), end it from outside. SetTimeout
@@ -330,6 +332,7 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 			case <-done:
 				return
 			case <-sigs:
+				killed.Store(true)
 				_ = proc.Kill()
 				return
 			case <-moved:
@@ -339,8 +342,9 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 					t.Reset(d) // SetTimeout moved the end
 					continue
 				}
-				endLifetime(dir, proc)
-				return
+				// In the background: a kill during the auto-pause must
+				// still be heard (above).
+				go endLifetime(dir, proc)
 			}
 		}
 	}()
@@ -350,8 +354,13 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	_ = proc.Cleanup()
 	closeAll()
 	if pp != nil && pp.pausedOK() {
-		pp.finishPause(dir)
-		return 0
+		if !killed.Load() {
+			pp.finishPause(dir)
+			return 0
+		}
+		if r, err := readRecord(dir); err == nil {
+			removeCheckpoint(r) // killed while it paused: nothing is kept
+		}
 	}
 	_ = os.RemoveAll(dir)
 	return 0

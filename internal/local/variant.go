@@ -371,7 +371,7 @@ func (i *instance) Info(ctx context.Context) (driver.Info, error) {
 func infoOf(r *record) driver.Info {
 	status := "running"
 	switch {
-	case r.Paused:
+	case r.paused():
 		status = StatusPaused
 	case !r.alive():
 		status = "stopped"
@@ -540,7 +540,7 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	if err == nil && r.ID != id {
 		err = os.ErrNotExist
 	}
-	if err == nil && r.Paused {
+	if err == nil && r.paused() {
 		// A handle on the checkpoint: Resume brings it back.
 		return newInstance(rt, r.ID, r.Token), nil
 	}
