@@ -128,6 +128,9 @@ func TestSnapshotsRefused(t *testing.T) {
 	wantError(t, "POST", base+"/sandboxes/"+a.SandboxID+"/snapshots", testKey, `{}`, 501, "gvisor")
 	wantError(t, "POST", base+"/sandboxes/"+a.SandboxID+"/fork", testKey, `{}`, 501, "gvisor")
 	wantError(t, "POST", base+"/sandboxes/nosuch/snapshots", testKey, `{}`, 404, "not found")
+	if st := call(t, "GET", base+"/snapshots", "", "", nil, nil).StatusCode; st != 401 {
+		t.Errorf("list without a key: %d, want 401", st)
+	}
 	var l []snapshotInfo
 	if resp := call(t, "GET", base+"/snapshots", testKey, "", nil, &l); resp.StatusCode != 200 || len(l) != 0 {
 		t.Errorf("list: %d %+v", resp.StatusCode, l)
