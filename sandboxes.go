@@ -108,6 +108,15 @@ type Config struct {
 	// the last SetTimeout). Default 24h (1h on e2b: E2B's hobby tier caps
 	// sandboxes there).
 	MaxLifetime time.Duration
+	// AutoPause: when MaxLifetime ends (or the last SetTimeout's end), the
+	// sandbox is paused (Sandbox.Pause) instead of killed: its whole state
+	// stays on disk, Info says paused, and Resume brings it back with a
+	// whole MaxLifetime again (E2B's autoPause, lifecycle onTimeout
+	// "pause"). If the pause fails the sandbox is killed, as without
+	// AutoPause. The idle timeout still kills. Local variant with isolation
+	// gvisor and network none only; refused with ErrNotSupported and the
+	// reason elsewhere.
+	AutoPause bool
 	// IdleTimeout: the sandbox ends itself after this long unused, so a
 	// program that dies without Close leaves nothing running for long.
 	// Use is any call in progress (an execution, a command's stream, file
@@ -237,6 +246,7 @@ func (c Config) spec() (driver.Spec, error) {
 		WorkingDir: c.WorkingDir, Network: strings.ToLower(strings.TrimSpace(c.NetworkPolicy)),
 		AllowedHosts: c.AllowedHosts, DeniedHosts: c.DeniedHosts, AllowPrivate: c.AllowPrivate, Packages: c.Packages, PackageIndex: c.PackageIndex,
 		EnvironmentDir: c.EnvironmentDir, BuildOutput: c.BuildOutput, Options: c.Options, Snapshot: c.Snapshot,
+		AutoPause: c.AutoPause,
 	}
 	if s.Variant == "" {
 		s.Variant = "local"
@@ -355,6 +365,9 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 			has = "the default and " + strings.Join(levels, ", ")
 		}
 		return nil, fmt.Errorf("%w: the %s variant has no isolation level %q (it has %s)", ErrNotSupported, spec.Variant, spec.Isolation, has)
+	}
+	if spec.AutoPause && v.Name() != "local" {
+		return nil, fmt.Errorf("%w: AutoPause pauses the sandbox when its lifetime ends, and the %s variant can't pause: %s", ErrNotSupported, v.Name(), pauseRefusal(v.Name()))
 	}
 	inst, err := v.Create(ctx, spec)
 	if err != nil {

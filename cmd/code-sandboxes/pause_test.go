@@ -49,4 +49,16 @@ func TestPauseCommands(t *testing.T) {
 	if out, errs, code = cli(t, "", "exec", "--sandbox", fork, "print(x + 2)"); code != 0 || strings.TrimSpace(out) != "42" {
 		t.Fatalf("exec in the fork: %d %q %q", code, out, errs)
 	}
+	if out, errs, code = cli(t, "", "snapshots"); code != 0 || !strings.Contains(out, "cli-snap") || !strings.Contains(out, id) {
+		t.Fatalf("snapshots: %d %q %q", code, out, errs)
+	}
+	if _, errs, code = cli(t, "", "snapshot", "rm", "../cli-snap"); code == 0 || !strings.Contains(errs, "snapshot name") {
+		t.Fatalf("snapshot rm ../cli-snap: %d %q, want refused", code, errs)
+	}
+	if out, errs, code = cli(t, "", "snapshot", "rm", "cli-snap"); code != 0 || !strings.Contains(out, "deleted cli-snap") {
+		t.Fatalf("snapshot rm: %d %q %q", code, out, errs)
+	}
+	if out, _, _ = cli(t, "", "snapshots"); strings.Contains(out, "cli-snap") {
+		t.Fatalf("snapshots after rm: %q", out)
+	}
 }

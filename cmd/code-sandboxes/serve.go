@@ -30,6 +30,7 @@ func serveCmd() *cobra.Command {
 		cpu, totalCPU                                                 float64
 		maxSandboxes, createsPerMinute, warmPool                      int
 		maxTimeout                                                    time.Duration
+		maxSnapshots                                                  int
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
 		toolServers                                                   []string
 		templateLoopback                                              []int
@@ -143,6 +144,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				TemplateLoopback:    templateLoopback,
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
+				MaxSnapshots:        maxSnapshots,
 				Logger:              logger,
 			})
 			if err != nil {
@@ -210,6 +212,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
+	f.IntVar(&maxSnapshots, "max-snapshots", 20, "most snapshots a team keeps (each a whole sandbox's checkpoint on disk; --isolation gvisor)")
 	f.IntVar(&warmPool, "warm-pool", 0, "local variant: keep this many sandboxes started ahead for each shape of create that can use one (network none, no envVars, one team's memory and cpu), handed out in about a millisecond")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")

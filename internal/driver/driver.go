@@ -52,7 +52,10 @@ func (s Spec) PidsLimit(def int64) int64 {
 
 type Spec struct {
 	// Snapshot, when set, creates the sandbox from that snapshot (a fork).
-	Snapshot    string
+	Snapshot string
+	// AutoPause: the lifetime's end pauses the sandbox instead of
+	// killing it (variants that can pause).
+	AutoPause   bool
 	Variant     string
 	Name        string
 	Tags        map[string]string

@@ -51,8 +51,9 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v2/sandboxes/{id}/logs", s.sandboxLogs)
 	mux.HandleFunc("GET /sandboxes/metrics", s.sandboxesMetrics)
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
-	mux.HandleFunc("POST /sandboxes/{id}/fork", s.notSupported("forking a sandbox"))
-	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.notSupported("snapshots"))
+	mux.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
+	mux.HandleFunc("GET /snapshots", s.listSnapshots)
 	s.templateRoutes(mux)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -151,6 +152,8 @@ type newSandbox struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	AutoPause           *bool             `json:"autoPause"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *autoResumeReq    `json:"autoResume"`
 	Network             *networkOpts      `json:"network"`
 	IAM                 json.RawMessage   `json:"iam"`
 	VolumeMounts        []json.RawMessage `json:"volumeMounts"`
@@ -229,14 +232,25 @@ func decode(w http.ResponseWriter, r *http.Request, v any, allowEmpty bool) bool
 }
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	k := caller(r)
 	var req newSandbox
 	if !decode(w, r, &req, false) {
 		return
 	}
+	s.createWith(w, r, req, "")
+}
+
+// createWith creates the sandbox req asks for; from the snapshot (its
+// on-disk name) forkOf when given (a fork), else from the caller's
+// snapshot if req.TemplateID names one (snapshots.go).
+func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandbox, forkOf string) {
+	k := caller(r)
 	envID := ""
 	var tl launch
-	if !slices.Contains(templates, req.TemplateID) {
+	snap := forkOf
+	if snap == "" && !slices.Contains(templates, req.TemplateID) {
+		snap = s.snapshotOf(r.Context(), k.Team, req.TemplateID)
+	}
+	if snap == "" && !slices.Contains(templates, req.TemplateID) {
 		// A template of the caller's team: the sandbox pins the build id
 		// the name points at now, so a later build never moves it.
 		_, l, err := s.templates.resolveLaunch(k.Team, req.TemplateID, true)
@@ -261,9 +275,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	private := false
 	switch {
-	case req.AutoPause != nil && *req.AutoPause:
-		writeError(w, http.StatusBadRequest, "autoPause (lifecycle onTimeout 'pause') is not supported: sandboxes here are killed when their timeout ends")
-		return
 	case req.Network != nil && refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts) != "":
 		writeError(w, http.StatusBadRequest, "%s", refuseUnsupported(req.Network.Rules, req.Network.EgressProxy, req.Network.HTTPSPorts))
 		return
@@ -316,6 +327,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		nw = sandboxes.Network{Policy: s.defaultNetwork, AllowPrivate: s.allowPrivate && s.defaultNetwork != sandboxes.NetworkNone}
 		st = netState{internet: s.defaultNetwork != sandboxes.NetworkNone}
 	}
+	if snap != "" {
+		// A snapshot's sandbox has its snapshot's network: none.
+		if (req.AllowInternetAccess != nil && *req.AllowInternetAccess) || (hasNetwork && nw.Policy != sandboxes.NetworkNone) {
+			writeError(w, http.StatusBadRequest, "a sandbox from snapshot %q has the network of its snapshot, none (only sandboxes without internet access can be snapshotted); drop allowInternetAccess and network", req.TemplateID)
+			return
+		}
+		nw, st = sandboxes.Network{Policy: sandboxes.NetworkNone}, netState{}
+	}
 	if req.Network != nil && req.Network.MaskRequestHost != nil {
 		st.mask = *req.Network.MaskRequestHost
 	}
@@ -333,6 +352,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	for key, v := range s.cfg.Tags {
 		tags[key] = v // the operator's tags on every sandbox
+	}
+	autoPause, autoResume, refusal := s.lifecycleOf(req, nw.Policy)
+	if refusal != "" {
+		writeError(w, http.StatusBadRequest, "%s", refusal)
+		return
+	}
+	if autoPause {
+		tags[tagOnTimeout] = "pause"
+	}
+	if autoResume {
+		tags[tagAutoResume] = "true"
 	}
 	tags[tagTemplate] = req.TemplateID
 	tags[tagTeam] = k.Team
@@ -370,13 +400,14 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg
 	cfg.Tags = tags
 	cfg.Env = req.EnvVars
-	cfg.MaxLifetime = lifetime
+	cfg.MaxLifetime, cfg.AutoPause = lifetime, autoPause
 	cfg.NetworkPolicy, cfg.AllowedHosts, cfg.DeniedHosts, cfg.AllowPrivate = nw.Policy, nw.AllowedHosts, nw.DeniedHosts, nw.AllowPrivate
 	cfg.Tools = tools
 	cfg.Memory, cfg.CPU = q.Memory, q.CPU
 	if envID != "" {
 		cfg.Environment = envID
 	}
+	cfg.Snapshot = snap
 	// The request must not be what ends the sandbox's creation half-way when
 	// the client gives up; a bounded background context does.
 	// Shutdown ends it too (after its grace period), so a create can't
@@ -393,6 +424,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.log.Error("create failed", "team", k.Team, "key", keyID(k.Key), "error", err)
 		writeError(w, status, "creating the sandbox: %v", err)
 		return
+	}
+	if snap != "" {
+		// A fork starts with what its snapshot had left; the timeout asked.
+		if err := sb.SetTimeout(ctx, lifetime); err != nil {
+			_ = sb.Close()
+			s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
+			writeError(w, http.StatusInternalServerError, "creating the sandbox: %v", err)
+			return
+		}
 	}
 	var logs *sandboxLog
 	if tl.start != "" || tl.ready != "" {
@@ -414,6 +454,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.logs = logs
+	e.autoResume = autoResume
 	e.net.Store(&st)
 	if testHookCreated != nil {
 		testHookCreated()
@@ -673,7 +714,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		d.AllowInternetAccess = st.internet
 		d.Network = &networkInfo{AllowOut: st.allowOut, DenyOut: st.denyOut, AllowPublicTraffic: !e.private, MaskRequestHost: st.mask}
 	}
-	d.Lifecycle.OnTimeout = "kill"
+	d.Lifecycle.OnTimeout, d.Lifecycle.AutoResume = lifecycleOfInfo(i)
 	writeJSON(w, http.StatusOK, d)
 }
 

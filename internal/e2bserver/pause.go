@@ -28,6 +28,16 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	var req struct {
+		Memory *bool `json:"memory"` // SandboxPauseRequest
+	}
+	if !decode(w, r, &req, true) {
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		writeError(w, http.StatusBadRequest, "memory false (keepMemory: false, a filesystem-only pause) is not supported: a pause here always keeps the whole sandbox, memory and processes included; drop keepMemory")
+		return
+	}
 	if i.Status == sandboxes.StatusPaused {
 		writeError(w, http.StatusConflict, "sandbox %q is already paused", e.id)
 		return

@@ -195,6 +195,9 @@ func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry,
 	if !p.authorize(w, r, e, port) {
 		return
 	}
+	if e.autoResume && !p.s.wake(w, r, e) {
+		return
+	}
 	if e.inflight.Add(1) > maxInflight {
 		e.inflight.Add(-1)
 		p.s.metrics.refused.WithLabelValues("inflight").Inc()

@@ -136,6 +136,9 @@ type Options struct {
 	// MaxTimeout bounds a sandbox's timeout (create, setTimeout, connect);
 	// default 24h, E2B's longest.
 	MaxTimeout time.Duration
+	// MaxSnapshots bounds the snapshots a team keeps (each a whole
+	// sandbox's checkpoint on disk); default 20.
+	MaxSnapshots int
 	// TemplateBuilds turns on E2B's template build API (Template.build):
 	// teams' build steps then run on this machine, jailed (a user namespace
 	// of their own, never host root; the internet through the egress
@@ -173,6 +176,8 @@ type Server struct {
 	allowPrivate   bool
 	metricsToken   string
 	maxTimeout     time.Duration
+	maxSnaps       int        // Options.MaxSnapshots
+	snapMu         sync.Mutex // snapshots: one taken or deleted at a time (snapshots.go)
 	log            *slog.Logger
 	api            http.Handler
 	proxy          *dataPlane
@@ -217,6 +222,8 @@ type entry struct {
 	lastUsage          driver.Usage // guarded by Server.mu
 	inflight           atomic.Int32 // data-plane requests open
 	logs               *sandboxLog  // the template's start command's output; nil = none
+	autoResume         bool         // traffic resumes it when paused (autopause.go)
+	resumeMu           sync.Mutex   // one resume by traffic at a time
 }
 
 // teamState is a team's quota and what it has in flight.
@@ -232,7 +239,7 @@ type teamState struct {
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
 	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, allowPrivate: o.AllowPrivate, metricsToken: o.MetricsToken,
-		maxTimeout: o.MaxTimeout, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
+		maxTimeout: o.MaxTimeout, maxSnaps: o.MaxSnapshots, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
 	s.createCtx, s.stopCreates = context.WithCancel(context.Background())
 	for name := range o.ToolSets {
 		if name == "" || strings.ContainsAny(name, ".,= \t") {
@@ -597,6 +604,9 @@ func (s *Server) Adopt(ctx context.Context) error {
 			continue
 		}
 		e, err := s.newEntry(sb, i.Tags[tagTeam], t, i.Tags[tagPrivate] == "true", i.Memory, i.CPUs)
+		if e != nil {
+			e.autoResume = i.Tags[tagAutoResume] == "true"
+		}
 		if err != nil {
 			_ = sb.Detach()
 			errs = append(errs, err)

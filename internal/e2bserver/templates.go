@@ -921,6 +921,9 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 // content-addressed) or a store name points at, stays, and the log says
 // which and why.
 func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
+	if s.deleteSnapshot(w, r) { // the SDK's deleteSnapshot (snapshots.go)
+		return
+	}
 	tp, team, ok := s.ownTemplate(w, r)
 	if !ok {
 		return

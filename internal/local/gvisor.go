@@ -310,6 +310,10 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 		_ = g.Cleanup()
 		return fail(err)
 	}
+	// Before the report: a pause asked for as soon as Create or Resume
+	// returns must not find SIGUSR2 unheard (the Go runtime drops it, and
+	// the caller waited its whole pause bound for nothing).
+	listenShimSignals()
 	report(shimReport{OK: true, AgentPid: g.pid})
 	return supervise(dir, g, netw, nil, func() { logf.Close() })
 }

@@ -60,7 +60,17 @@ type record struct {
 	// on disk under the state directory, not in the runtime directory,
 	// which is usually a tmpfs (RAM) (checkpointDirOf).
 	Checkpoint string `json:"checkpoint,omitempty"`
+	// AutoPause: the lifetime's end pauses the sandbox instead of killing
+	// it (autopause.go); Lifetime is what a resume gives it back then.
+	AutoPause bool          `json:"auto_pause,omitempty"`
+	Lifetime  time.Duration `json:"lifetime,omitempty"`
+	// Pausing: the lifetime's end is pausing the sandbox (its agent no
+	// longer serves); it counts as paused, and Resume waits for the pause.
+	Pausing bool `json:"pausing,omitempty"`
 }
+
+// paused reports whether the sandbox is paused or being auto-paused.
+func (r *record) paused() bool { return r.Paused || (r.Pausing && r.alive()) }
 
 const (
 	stateFile  = "state.json"

@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -340,19 +341,20 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 		go watchOwner(owner, proc)
 	}
 	done := make(chan struct{})
+	var killed atomic.Bool // a kill came, even during a pause: no paused record
 	go func() {
 		// Backup for the agent's own lifetime enforcement: if the agent is
 		// wedged past its end (+ grace), end it from outside. SetTimeout
 		// updates end_at in the record, so re-read it.
 		// Sleep until the recorded end (plus grace) rather than polling: an
 		// idle host with hundreds of sandboxes should cost nothing.
-		const grace = 5 * time.Second
-		wake := func() time.Duration {
-			cur, err := readRecord(dir)
-			if err != nil || cur.EndAt.IsZero() {
-				return time.Minute
-			}
-			return time.Until(cur.EndAt.Add(grace))
+		// An AutoPause sandbox is paused at its end (autopause.go), and
+		// SIGWINCH says SetTimeout moved it.
+		wake := func() time.Duration { return lifetimeWake(dir, pp != nil) }
+		var moved chan os.Signal // nil: never ready
+		if pp != nil {
+			listenShimSignals()
+			moved = timeoutSig
 		}
 		t := time.NewTimer(wake())
 		defer t.Stop()
@@ -361,15 +363,19 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 			case <-done:
 				return
 			case <-sigs:
+				killed.Store(true)
 				_ = proc.Kill()
 				return
+			case <-moved:
+				t.Reset(wake())
 			case <-t.C:
 				if d := wake(); d > 0 {
 					t.Reset(d) // SetTimeout moved the end
 					continue
 				}
-				_ = proc.Kill()
-				return
+				// In the background: a kill during the auto-pause must
+				// still be heard (above).
+				go endLifetime(dir, proc)
 			}
 		}
 	}()
@@ -379,8 +385,13 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	_ = proc.Cleanup()
 	closeAll()
 	if pp != nil && pp.pausedOK() {
-		pp.finishPause(dir)
-		return 0
+		if !killed.Load() {
+			pp.finishPause(dir)
+			return 0
+		}
+		if r, err := readRecord(dir); err == nil {
+			removeCheckpoint(r) // killed while it paused: nothing is kept
+		}
 	}
 	_ = os.RemoveAll(dir)
 	return 0

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
@@ -91,7 +92,9 @@ func (i *instance) keepSnapshot(name, sdir string, spec shimSpec) error {
 	if err := ensureStateDir(filepath.Dir(sdir)); err != nil {
 		return err
 	}
-	tmp := sdir + ".tmp"
+	// A name can't start with '.', so this is never another snapshot
+	// (sdir+".tmp" was: the snapshot "x.tmp" of whoever took "x").
+	tmp := filepath.Join(filepath.Dir(sdir), ".tmp-"+name)
 	_ = os.RemoveAll(tmp)
 	if err := os.MkdirAll(filepath.Join(tmp, "checkpoint"), 0o700); err != nil {
 		return err
@@ -128,10 +131,57 @@ func DeleteSnapshot(name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(sdir); err != nil {
+	if _, err := os.Lstat(filepath.Join(sdir, snapshotMetaFile)); err != nil {
 		return fmt.Errorf("snapshot %q: %w", name, sberr.ErrNotFound)
 	}
 	return os.RemoveAll(sdir)
+}
+
+// SnapshotInfo describes a kept snapshot.
+type SnapshotInfo struct {
+	Name      string
+	From      string // the sandbox it was taken of
+	CreatedAt time.Time
+	Size      int64 // bytes of its checkpoint on disk
+}
+
+// ListSnapshots lists the snapshots kept under the state directory, oldest
+// first; what isn't a complete snapshot (a temporary directory, a name
+// that isn't valid) is left out.
+func ListSnapshots() ([]SnapshotInfo, error) {
+	dir := filepath.Join(stateDir(), "snapshots")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []SnapshotInfo
+	for _, e := range ents {
+		if !e.IsDir() || !snapshotName.MatchString(e.Name()) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), snapshotMetaFile))
+		if err != nil {
+			continue // being deleted
+		}
+		var m snapshotMeta
+		if json.Unmarshal(b, &m) != nil {
+			continue
+		}
+		si := SnapshotInfo{Name: e.Name(), From: m.From, CreatedAt: m.CreatedAt}
+		if files, err := os.ReadDir(filepath.Join(dir, e.Name(), "checkpoint")); err == nil {
+			for _, f := range files {
+				if fi, err := f.Info(); err == nil && fi.Mode().IsRegular() {
+					si.Size += fi.Size()
+				}
+			}
+		}
+		out = append(out, si)
+	}
+	slices.SortFunc(out, func(a, b SnapshotInfo) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return out, nil
 }
 
 // fork creates a sandbox from a snapshot.
@@ -171,6 +221,10 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.
 	if r.Remaining <= 0 {
 		r.Remaining = spec.Lifetime
 	}
+	r.AutoPause, r.Lifetime = spec.AutoPause, 0
+	if spec.AutoPause {
+		r.Lifetime = spec.Lifetime
+	}
 	if err := startShim(ctx, exe, ss); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
@@ -186,6 +240,10 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.
 	if _, err := os.Stat(filepath.Join(dir, gvisorDir, "run", ctragent.CtlDir, ctragent.IdentityFile)); err == nil {
 		_ = inst.Kill(context.Background())
 		return nil, fmt.Errorf("fork snapshot %q: %w: the restored agent did not take the fork's own id and token; take the snapshot again", spec.Snapshot, sberr.ErrUnavailable)
+	}
+	if err := inst.afterResume(ctx, r); err != nil {
+		_ = inst.Kill(context.Background())
+		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
 	}
 	return inst, nil
 }

@@ -80,6 +80,9 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAutoPause(spec, isolation); err != nil {
+		return nil, err
+	}
 	var runsc string
 	if isolation == IsolationGVisor {
 		if runsc, err = checkGVisor(); err != nil {
@@ -157,6 +160,10 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, DeniedHosts: spec.DeniedHosts, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
 		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, Isolation: isolation, Runsc: runsc, Pool: owner != nil}
 	lifetime := spec.Lifetime
+	if spec.AutoPause {
+		rec.AutoPause, rec.Lifetime = true, spec.Lifetime
+		lifetime += autoPauseSlack(rec.Memory) // the supervisor pauses it at EndAt
+	}
 	if owner != nil {
 		// Until claimed, the pool (through owner) decides how long it lives;
 		// the agent's own clock is only the backstop.
@@ -364,7 +371,7 @@ func (i *instance) Info(ctx context.Context) (driver.Info, error) {
 func infoOf(r *record) driver.Info {
 	status := "running"
 	switch {
-	case r.Paused:
+	case r.paused():
 		status = StatusPaused
 	case !r.alive():
 		status = "stopped"
@@ -383,11 +390,17 @@ func (i *instance) SetTimeout(ctx context.Context, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if _, err := i.c.SetTimeout(ctx, d); err != nil {
+	if _, err := i.c.SetTimeout(ctx, agentTimeout(r, d)); err != nil {
 		return err
 	}
 	r.EndAt = time.Now().Add(d)
-	return writeRecord(i.dir(), r)
+	if err := writeRecord(i.dir(), r); err != nil {
+		return err
+	}
+	if r.AutoPause {
+		timeoutMoved(r)
+	}
+	return nil
 }
 
 // UpdateNetwork changes the policy of a running sandbox with network all or
@@ -525,7 +538,7 @@ func (v Variant) Connect(ctx context.Context, id string, spec driver.Spec) (driv
 	if err == nil && r.ID != id {
 		err = os.ErrNotExist
 	}
-	if err == nil && r.Paused {
+	if err == nil && r.paused() {
 		// A handle on the checkpoint: Resume brings it back.
 		return newInstance(rt, r.ID, r.Token), nil
 	}
