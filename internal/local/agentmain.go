@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
@@ -20,7 +21,8 @@ import (
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
 	trace.Mark("sandbox init: inits done")
-	if err := isolate.Child(); err != nil {
+	ready, err := isolate.ChildAsync()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
 		return 1
 	}
@@ -85,6 +87,24 @@ func runAgent() int {
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
+	if !cfg.NoPrewarm {
+		// The kernel's start (python's, tens of ms) is the longest step
+		// left: begin it now, while stage 2 still waits for the root
+		// broker and before the caller's first request. Everything the
+		// kernel must not inherit is closed or close-on-exec by now (the
+		// listener's and config's fds, the bytecode's, the status and
+		// broker pipes, the trace file).
+		srv.StartPrewarm(context.Background())
+		// One P (SingleThreaded): let the prewarm's goroutine run up to
+		// the kernel's fork and exec now, not when this one next blocks.
+		runtime.Gosched()
+		trace.Mark("agent: kernel start begun")
+	}
+	if err := ready(); err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
+		return 1
+	}
+	trace.Mark("agent: reported ready")
 	agent.IgnoreSignals()
 	trace.Mark("agent: serving")
 	ctx := context.Background()
