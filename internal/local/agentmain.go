@@ -35,7 +35,6 @@ func runAgent() int {
 	}
 	trace.Seal()
 	trace.Mark("agent: isolated")
-	agent.SingleThreaded()
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")
 	var cfg agentConfig
@@ -82,11 +81,13 @@ func runAgent() int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	trace.Mark("agent: environment set")
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root, OpenAs: root.OpenAs})
+	trace.Mark("agent: routes made")
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
+	trace.Mark("agent: server made")
 	if !cfg.NoPrewarm {
 		// The kernel's start (python's, tens of ms) is the longest step
 		// left: begin it now, while stage 2 still waits for the root
@@ -100,6 +101,10 @@ func runAgent() int {
 		runtime.Gosched()
 		trace.Mark("agent: kernel start begun")
 	}
+	// After the kernel's start, which it would only delay (creating its
+	// spare threads takes ms on a busy host), and before anything the
+	// sandbox's user runs: no request is answered before Serve.
+	agent.SingleThreaded()
 	if err := ready(); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
 		return 1
