@@ -8,8 +8,11 @@ export CGO_ENABLED := 0
 
 all: build
 
+# The lean code-sandboxes-sandbox goes beside the CLI, which runs its
+# sandboxes' processes from it (README: "The sandbox binary").
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/code-sandboxes
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-sandbox ./cmd/code-sandboxes-sandbox
 
 deps:
 	./scripts/install-deps.sh

@@ -12,3 +12,12 @@ func init() {
 	local.Main()
 	driver.Register(local.Variant{})
 }
+
+// UseLocalSandboxBinaryBeside makes local sandboxes' own processes run from
+// the code-sandboxes-sandbox (cmd/code-sandboxes-sandbox, built from the
+// same source) in the same directory as this program's executable, when
+// there is one and neither LocalConfig.SandboxBinary nor
+// $CODE_SANDBOXES_SANDBOX_BINARY names another. A stale one (another
+// build's protocol) fails Create with ErrInvalidConfig and what to do; it
+// never runs. The code-sandboxes CLI and serve call it first thing.
+func UseLocalSandboxBinaryBeside() { local.UseSandboxBinaryBeside() }

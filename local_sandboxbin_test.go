@@ -71,6 +71,32 @@ func TestLocalSandboxBinary(t *testing.T) {
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho 0123456789abcdef01234567\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+
+	// The same through LocalConfig.SandboxBinary, which wins over the
+	// environment.
+	t.Setenv(local.SandboxBinaryEnv, script)
+	ocfg := cfg
+	ocfg.Local.SandboxBinary = bin
+	sb, err = sandboxes.Create(ctx, ocfg)
+	if err != nil {
+		t.Fatalf("Create with LocalConfig.SandboxBinary: %v", err)
+	}
+	if recs := poolRecords(t, rt); len(recs) != 1 {
+		t.Errorf("%d records", len(recs))
+	} else if exe, err := os.Readlink("/proc/" + strconv.Itoa(recs[0].AgentPid) + "/exe"); err != nil || exe != bin {
+		t.Errorf("with LocalConfig.SandboxBinary the agent runs %q (%v), want %s", exe, err, bin)
+	}
+	if err := sb.Close(); err != nil {
+		t.Error(err)
+	}
+	t.Setenv(local.SandboxBinaryEnv, "")
+	ocfg.Local.SandboxBinary = script
+	if sb, err := sandboxes.Create(ctx, ocfg); err == nil {
+		sb.Close()
+		t.Errorf("LocalConfig.SandboxBinary=%s: Create worked", script)
+	} else if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "LocalConfig.SandboxBinary") || !strings.Contains(err.Error(), "rebuild") {
+		t.Errorf("LocalConfig.SandboxBinary=%s: %v, want ErrInvalidConfig naming it and saying to rebuild", script, err)
+	}
 	huge := filepath.Join(dir, "huge")
 	if err := os.WriteFile(huge, []byte("#!/bin/sh\nexec head -c 10000000 /dev/zero\n"), 0o755); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func TestLocalTraceTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, step := range []string{"create: start", "shim: inits done", "stage 1: seccomp loaded, re-exec", "stage 2: start", "agent: serving", "kernel: spawned", "create: healthy"} {
+	for _, step := range []string{"create: start", "shim: inits done", "stage 1: seccomp loaded, re-exec", "stage 2: start", "agent: kernel start begun", "agent: reported ready", "agent: serving", "kernel: spawned", "create: healthy"} {
 		if !strings.Contains(string(b), " "+step+"\n") {
 			t.Errorf("no %q in the trace:\n%s", step, b)
 		}

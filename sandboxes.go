@@ -193,7 +193,9 @@ type Config struct {
 
 // LocalConfig holds settings of the local variant: RuntimeDir (where its
 // records and sockets live; programs that must not see or Kill each
-// other's sandboxes give each its own) and Python.
+// other's sandboxes give each its own), Python, WarmPool, HomeSize and
+// SandboxBinary (a lean binary, cmd/code-sandboxes-sandbox, to run the
+// sandbox's own processes; see UseLocalSandboxBinaryBeside).
 type LocalConfig = local.Options
 
 // Variants lists the registered variant names: local, and those whose

@@ -9,12 +9,19 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/code-sandboxes/code-sandboxes"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
 func main() {
+	// make build puts the lean code-sandboxes-sandbox beside this binary:
+	// sandboxes' processes run from it rather than from this binary, which
+	// links every variant (its package inits cost each of them start time
+	// and memory).
+	sandboxes.UseLocalSandboxBinaryBeside()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Sandbox output (and errors quoting it) reaches a terminal escaped.

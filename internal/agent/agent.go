@@ -74,6 +74,8 @@ type Server struct {
 	mux      *http.ServeMux
 	started  time.Time
 
+	prewarmOnce sync.Once
+
 	mu       sync.Mutex
 	deadline time.Time
 	timer    *time.Timer
@@ -257,6 +259,24 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 }
 
+// StartPrewarm starts the default python context's kernel in the
+// background (once: later calls, and Serve's with Config.Prewarm, do
+// nothing), so a caller can start it before the rest of its own start-up.
+func (s *Server) StartPrewarm(ctx context.Context) {
+	s.prewarmOnce.Do(func() {
+		go func() {
+			c, err := s.contexts.defaultFor("python", s.cfg.Workdir)
+			if err == nil {
+				pctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if err := c.session.Start(pctx); err != nil {
+					s.cfg.Logger.Warn("prewarming the default kernel failed", "err", err)
+				}
+			}
+		}()
+	})
+}
+
 // Serve answers on ln until ctx is done or the lifetime expires.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var q Quiesce
@@ -274,16 +294,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	serve(ln)
 	if s.cfg.Prewarm {
-		go func() {
-			c, err := s.contexts.defaultFor("python", s.cfg.Workdir)
-			if err == nil {
-				pctx, cancel := context.WithTimeout(ctx, time.Minute)
-				defer cancel()
-				if err := c.session.Start(pctx); err != nil {
-					s.cfg.Logger.Warn("prewarming the default kernel failed", "err", err)
-				}
-			}
-		}()
+		s.StartPrewarm(ctx)
 	}
 	// A quiesce (nil channels without one) goes round again.
 	for quiesced := true; quiesced; {

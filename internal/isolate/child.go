@@ -38,13 +38,29 @@ func IsChild() bool {
 // gid 100, no capabilities in any set, no_new_privs, seccomp filter, rlimits,
 // cwd /home/user, and the package's environment variable removed.
 func Child() error {
+	ready, err := ChildAsync()
+	if err != nil {
+		return err
+	}
+	return ready()
+}
+
+// ChildAsync is Child, except that in the final stage it returns before it
+// reports the sandbox ready to Start: ready (call it once) waits for what
+// the start still waits on (the root user's broker) and reports. The
+// process is fully sandboxed already, so the caller can start work that
+// needs no more (a kernel) before it calls ready; the status and broker
+// pipes are close-on-exec, so no process started meanwhile inherits them.
+// When the broker fails, ready reports that to Start and exits with
+// status 1 (which, in the sandbox's init, ends everything it started).
+func ChildAsync() (ready func() error, err error) {
 	raw, ok := os.LookupEnv(envKey)
 	if !ok {
-		return errors.New("isolate: not a sandbox child")
+		return nil, errors.New("isolate: not a sandbox child")
 	}
 	var cfg childConfig
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		return fmt.Errorf("isolate: bad child config: %w", err)
+		return nil, fmt.Errorf("isolate: bad child config: %w", err)
 	}
 	switch cfg.Stage {
 	case 3:
@@ -55,22 +71,29 @@ func Child() error {
 	if cfg.Stage == 2 {
 		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
-		st := os.NewFile(uintptr(cfg.StatusFD), "status")
+		// Both came through stage 1's exec, so without close-on-exec.
+		unix.CloseOnExec(cfg.StatusFD)
 		if cfg.BrokerFD > 2 {
-			// The broker's start overlapped ours; the sandbox is ready
-			// only once it listens.
-			if err := waitRootBroker(cfg.BrokerFD); err != nil {
-				fmt.Fprintf(st, "error: %v\n", err)
-				os.Exit(1)
+			unix.CloseOnExec(cfg.BrokerFD)
+		}
+		st := os.NewFile(uintptr(cfg.StatusFD), "status")
+		return func() error {
+			if cfg.BrokerFD > 2 {
+				// The broker's start overlapped ours; the sandbox is ready
+				// only once it listens.
+				if err := waitRootBroker(cfg.BrokerFD); err != nil {
+					fmt.Fprintf(st, "error: %v\n", err)
+					os.Exit(1)
+				}
+				trace.Mark("stage 2: root broker ready")
 			}
-			trace.Mark("stage 2: root broker ready")
-		}
-		_, err := st.Write([]byte("ready\n"))
-		st.Close()
-		if err != nil {
-			return fmt.Errorf("isolate: report ready: %w", err)
-		}
-		return nil
+			_, err := st.Write([]byte("ready\n"))
+			st.Close()
+			if err != nil {
+				return fmt.Errorf("isolate: report ready: %w", err)
+			}
+			return nil
+		}, nil
 	}
 
 	// Stage 1. Every per-thread change (cgroup namespace, capabilities,
@@ -79,11 +102,11 @@ func Child() error {
 	runtime.LockOSThread()
 	trace.Mark("stage 1: start")
 	st := os.NewFile(uintptr(cfg.StatusFD), "status")
-	err := stage1(&cfg)
+	err = stage1(&cfg)
 	// stage1 only returns on failure.
 	fmt.Fprintf(st, "error: %v\n", err)
 	os.Exit(1)
-	return nil
+	return nil, nil
 }
 
 func stage1(cfg *childConfig) error {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
@@ -20,7 +21,8 @@ import (
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
 	trace.Mark("sandbox init: inits done")
-	if err := isolate.Child(); err != nil {
+	ready, err := isolate.ChildAsync()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
 		return 1
 	}
@@ -33,7 +35,6 @@ func runAgent() int {
 	}
 	trace.Seal()
 	trace.Mark("agent: isolated")
-	agent.SingleThreaded()
 	lnFile := os.NewFile(3, "listener")
 	cfgFile := os.NewFile(4, "config")
 	var cfg agentConfig
@@ -80,11 +81,35 @@ func runAgent() int {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	trace.Mark("agent: environment set")
 	routes, closeEnvd := agent.EnvdRoutes(agent.EnvdOptions{DefaultUser: "user", Workdir: cfg.Workdir, Env: cfg.Env, Contract: true, Sudo: root.Sudo, Root: root.Root, OpenAs: root.OpenAs})
+	trace.Mark("agent: routes made")
 	srv := agent.New(agent.Config{
 		ID: cfg.ID, AccessToken: cfg.Token, Python: cfg.Python, Workdir: cfg.Workdir,
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 	})
+	trace.Mark("agent: server made")
+	if !cfg.NoPrewarm {
+		// The kernel's start (python's, tens of ms) is the longest step
+		// left: begin it now, while stage 2 still waits for the root
+		// broker and before the caller's first request. Everything the
+		// kernel must not inherit is closed or close-on-exec by now (the
+		// listener's and config's fds, the bytecode's, the status and
+		// broker pipes, the trace file).
+		srv.StartPrewarm(context.Background())
+		// One P (SingleThreaded): let the prewarm's goroutine run up to
+		// the kernel's fork and exec now, not when this one next blocks.
+		runtime.Gosched()
+		trace.Mark("agent: kernel start begun")
+	}
+	// After the kernel's start, which it would only delay (creating its
+	// spare threads takes ms on a busy host), and before anything the
+	// sandbox's user runs: no request is answered before Serve.
+	agent.SingleThreaded()
+	if err := ready(); err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
+		return 1
+	}
+	trace.Mark("agent: reported ready")
 	agent.IgnoreSignals()
 	trace.Mark("agent: serving")
 	ctx := context.Background()

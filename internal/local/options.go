@@ -23,6 +23,17 @@ type Options struct {
 	// at most half the memory limit). Its pages count against the memory
 	// limit, so it may be at most half of it (any size without one).
 	HomeSize int64
+	// SandboxBinary is the absolute path of a binary to run this sandbox's
+	// own processes (supervisor, agent, sudo) instead of this program
+	// re-executed: cmd/code-sandboxes-sandbox built from the same source,
+	// which links only the local variant, so each of those processes starts
+	// faster and smaller than a program linking every variant would. It is
+	// asked for its protocol fingerprint (once per file) and a mismatch
+	// fails Create with ErrInvalidConfig. "" = $CODE_SANDBOXES_SANDBOX_BINARY,
+	// else the one beside this program when it called
+	// UseSandboxBinaryBeside (the CLI and serve do), else this program.
+	// Resume (after Pause) uses that default, not this field.
+	SandboxBinary string
 }
 
 func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }

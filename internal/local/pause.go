@@ -360,7 +360,7 @@ func (i *instance) Resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", i.id, err)
 	}
-	exe, err := sandboxBinary(ctx)
+	exe, err := sandboxBinary(ctx, "")
 	if err != nil {
 		return err
 	}

@@ -91,33 +91,73 @@ type checkedBinary struct {
 	checkedOK bool
 }
 
+// SandboxBinaryName is cmd/code-sandboxes-sandbox's file name, the one
+// UseSandboxBinaryBeside looks for.
+const SandboxBinaryName = "code-sandboxes-sandbox"
+
 var (
-	sandboxBinMu   sync.Mutex
-	sandboxBinSeen checkedBinary
+	sandboxBinMu sync.Mutex
+	// sandboxBinSeen: the binaries that reported our fingerprint, by path
+	// (at most the three sources: an option, the environment, beside).
+	sandboxBinSeen = map[string]checkedBinary{}
+	// besideBinary is UseSandboxBinaryBeside's find ("" = none).
+	besideBinary string
 )
 
-// sandboxBinary returns the binary a sandbox's processes run: the one
-// SandboxBinaryEnv names, once checked, else this program.
-func sandboxBinary(ctx context.Context) (string, error) {
-	p := os.Getenv(SandboxBinaryEnv)
+// UseSandboxBinaryBeside makes a sandbox's processes run from the
+// code-sandboxes-sandbox in the same directory as this program's
+// executable, when there is one and neither Options.SandboxBinary nor
+// SandboxBinaryEnv names another: what `make build` ships beside the CLI.
+// It is checked by its fingerprint like any other: a stale one fails
+// Create with what to do, never runs. Call it first thing in main.
+func UseSandboxBinaryBeside() {
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	if p, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = p
+	}
+	p := filepath.Join(filepath.Dir(exe), SandboxBinaryName)
+	if _, err := os.Lstat(p); err != nil {
+		return
+	}
+	sandboxBinMu.Lock()
+	besideBinary = p
+	sandboxBinMu.Unlock()
+}
+
+// sandboxBinary returns the binary a sandbox's processes run, once checked:
+// explicit (Options.SandboxBinary), else the one SandboxBinaryEnv names,
+// else UseSandboxBinaryBeside's, else this program.
+func sandboxBinary(ctx context.Context, explicit string) (string, error) {
+	p, source := explicit, "LocalConfig.SandboxBinary"
+	if p == "" {
+		p, source = os.Getenv(SandboxBinaryEnv), SandboxBinaryEnv
+	}
+	if p == "" {
+		sandboxBinMu.Lock()
+		p, source = besideBinary, "the "+SandboxBinaryName+" beside this program"
+		sandboxBinMu.Unlock()
+	}
 	if p == "" {
 		return os.Executable()
 	}
 	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("%s=%q: %w: give an absolute path", SandboxBinaryEnv, p, sberr.ErrInvalidConfig)
+		return "", fmt.Errorf("%s=%q: %w: give an absolute path", source, p, sberr.ErrInvalidConfig)
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", SandboxBinaryEnv, err)
+		return "", fmt.Errorf("%s: %w", source, err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s=%q: %w: not a regular file", SandboxBinaryEnv, p, sberr.ErrInvalidConfig)
+		return "", fmt.Errorf("%s=%q: %w: not a regular file", source, p, sberr.ErrInvalidConfig)
 	}
 	id := checkedBinary{path: p, dev: st.Dev, ino: st.Ino, size: fi.Size(), mtime: fi.ModTime(), checkedOK: true}
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
-	if sandboxBinSeen == id {
+	if sandboxBinSeen[p] == id {
 		return p, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
@@ -128,12 +168,15 @@ func sandboxBinary(ctx context.Context) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &limitedBuffer{buf: &out, left: 256}
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s=%q: asking its protocol: %w (it must import github.com/code-sandboxes/code-sandboxes, as cmd/code-sandboxes-sandbox does)", SandboxBinaryEnv, p, err)
+		return "", fmt.Errorf("%s=%q: asking its protocol: %w (it must import github.com/code-sandboxes/code-sandboxes, as cmd/code-sandboxes-sandbox does)", source, p, err)
 	}
 	if got, want := strings.TrimSpace(out.String()), protocolFingerprint(); got != want {
-		return "", fmt.Errorf("%s=%q: %w: it speaks protocol %q, this program %q: rebuild it from the same source (go build ./cmd/code-sandboxes-sandbox)", SandboxBinaryEnv, p, sberr.ErrInvalidConfig, got, want)
+		return "", fmt.Errorf("%s=%q: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s ./cmd/code-sandboxes-sandbox)", source, p, sberr.ErrInvalidConfig, got, want, p)
 	}
-	sandboxBinSeen = id
+	if len(sandboxBinSeen) >= 8 {
+		clear(sandboxBinSeen)
+	}
+	sandboxBinSeen[p] = id
 	return p, nil
 }
 

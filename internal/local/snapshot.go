@@ -185,7 +185,7 @@ func ListSnapshots() ([]SnapshotInfo, error) {
 }
 
 // fork creates a sandbox from a snapshot.
-func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.Instance, error) {
+func (v Variant) fork(ctx context.Context, spec driver.Spec, rt, sandboxBin string) (driver.Instance, error) {
 	sdir, err := snapshotDir(spec.Snapshot)
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt string) (driver.
 	if err != nil {
 		return nil, err
 	}
-	exe, err := sandboxBinary(ctx)
+	exe, err := sandboxBinary(ctx, sandboxBin)
 	if err != nil {
 		return nil, err
 	}

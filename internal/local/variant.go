@@ -60,7 +60,7 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		if err := ensureRuntimeDir(rt); err != nil {
 			return nil, err
 		}
-		return v.fork(ctx, spec, rt)
+		return v.fork(ctx, spec, rt, opts.SandboxBinary)
 	}
 	if spec.Network == "" {
 		spec.Network = "none"
@@ -180,7 +180,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	if senv.Rootfs == "" {
 		ss.KernelBytecode = kernelBytecodePath(opts.Python)
 	}
-	exe, err := sandboxBinary(ctx)
+	exe, err := sandboxBinary(ctx, opts.SandboxBinary)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
