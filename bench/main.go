@@ -37,7 +37,7 @@ var (
 	nCold  = flag.Int("n", 20, "cold starts per measurement")
 	nRTT   = flag.Int("rtt", 200, "round trips of x + 2")
 	nIdle  = flag.Int("idle", 20, "sandboxes for the idle-memory measurement")
-	nScale = flag.Int("scale", 300, "sandboxes for the scale measurement (1000 for the issue's target)")
+	nScale = flag.Int("scale", 1000, "sandboxes for the scale measurement (the issue's target: 1,000 alive)")
 	out    = flag.String("o", "BENCHMARKS.md", "where to write the report")
 	python = flag.String("python", "/usr/bin/python3", "python interpreter")
 	only   = flag.String("only", "", "run only these sections (comma-separated: kernel, languages, local, pool, serve, codemode, memory, files, variants, templates, scale, network, gvisor, pause, plots)")
