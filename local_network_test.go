@@ -352,3 +352,20 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestLocalNetworkUpdateRightAfterCreate: an update sent the moment Create
+// returns is applied. The supervisor used to start listening for its
+// signal only after reporting the sandbox up, and Go drops a SIGUSR1 that
+// nobody listens for: the update then waited 10 s and failed
+// (TestAgainstOurServer, through serve, in CI).
+func TestLocalNetworkUpdateRightAfterCreate(t *testing.T) {
+	for i := range 8 {
+		sb := newLocal(t, func(c *sandboxes.Config) {
+			c.NetworkPolicy, c.AllowedHosts = sandboxes.NetworkAllowlist, []string{"pypi.org"}
+		})
+		if err := sb.UpdateNetwork(ctxT(t), sandboxes.Network{Policy: sandboxes.NetworkAll}); err != nil {
+			t.Fatalf("update %d right after Create: %v", i, err)
+		}
+		sb.Close()
+	}
+}

@@ -152,19 +152,23 @@ func (i *instance) afterResume(ctx context.Context, r *record) error {
 }
 
 var (
-	shimSignals          sync.Once
-	pauseSig, timeoutSig chan os.Signal
+	shimSignals                     sync.Once
+	pauseSig, timeoutSig, policySig chan os.Signal
 )
 
 // listenShimSignals starts listening, once per shim, for the signals of a
-// pausable sandbox's supervisor: SIGUSR2 (pause) and SIGWINCH (its end
-// moved). It returns the SIGUSR2 channel. A gVisor shim calls it before it
-// reports the sandbox up: a signal sent before would be lost.
+// sandbox's supervisor: SIGUSR2 (pause), SIGWINCH (its end moved) and
+// SIGUSR1 (a new network policy). It returns the SIGUSR2 channel. Every
+// shim calls it before it reports the sandbox up: Go drops a SIGUSR1/2 that
+// arrives before anyone listens, and the caller may send one as soon as
+// Create returns (a pause, or an UpdateNetwork that then waited 10 s for
+// nothing: TestAgainstOurServer in CI).
 func listenShimSignals() chan os.Signal {
 	shimSignals.Do(func() {
-		pauseSig, timeoutSig = make(chan os.Signal, 1), make(chan os.Signal, 1)
+		pauseSig, timeoutSig, policySig = make(chan os.Signal, 1), make(chan os.Signal, 1), make(chan os.Signal, 1)
 		signal.Notify(pauseSig, syscall.SIGUSR2)
 		signal.Notify(timeoutSig, syscall.SIGWINCH)
+		signal.Notify(policySig, syscall.SIGUSR1)
 	})
 	return pauseSig
 }

@@ -281,6 +281,7 @@ func runShim() int {
 		_ = proc.Cleanup()
 		return fail(err)
 	}
+	listenShimSignals() // before the report: see there
 	report(shimReport{OK: true, AgentPid: proc.Pid})
 	trace.Mark("shim: reported")
 	// From here on the supervisor mostly sleeps, one per sandbox: give back
@@ -321,10 +322,9 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 		pp.handlePause(dir)
 	}
 	if netw != nil {
-		usr1 := make(chan os.Signal, 1)
-		signal.Notify(usr1, syscall.SIGUSR1)
+		listenShimSignals()
 		go func() {
-			for range usr1 {
+			for range policySig {
 				if cur, err := readRecord(dir); err == nil {
 					p := cur.policy()
 					if err := netw.SetPolicy(p); err != nil {
