@@ -65,7 +65,8 @@ func TestMetrics(t *testing.T) {
 		`code_sandboxes_serve_sandboxes_running{team="team-a"} 1`,
 		`code_sandboxes_serve_creates_total{result="ok",team="team-a"} 1`,
 		`code_sandboxes_serve_api_seconds_bucket{route="POST /sandboxes"`,
-		`code_sandboxes_serve_proxy_seconds_bucket{kind="envd",status="200"`,
+		// The execution went over the agent's lean connection (proxy_execute.go).
+		`code_sandboxes_serve_proxy_seconds_bucket{kind="execute",status="200"`,
 	} {
 		if st != 200 || !strings.Contains(body, want) {
 			t.Errorf("/metrics: %d, lacks %s", st, want)

@@ -71,6 +71,7 @@ func ChildAsync() (ready func() error, err error) {
 	if cfg.Stage == 2 {
 		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
+		rootConfigured = cfg.RootUser
 		// Both came through stage 1's exec, so without close-on-exec.
 		unix.CloseOnExec(cfg.StatusFD)
 		if cfg.BrokerFD > 2 {

@@ -30,6 +30,21 @@ func TestMain(m *testing.M) {
 	if IsSudo() {
 		os.Exit(Sudo())
 	}
+	if IsChild() && os.Getenv("ISOLATE_TEST_MODE") == "root-before-ready" {
+		// As the local variant's agent does: work, then ready.
+		ready, err := ChildAsync()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ChildAsync:", err)
+			os.Exit(3)
+		}
+		early := RootAvailable()
+		if err := ready(); err != nil {
+			fmt.Fprintln(os.Stderr, "ready:", err)
+			os.Exit(3)
+		}
+		fmt.Printf("root before ready: %v, after: %v\n", early, RootAvailable())
+		os.Exit(0)
+	}
 	if IsChild() {
 		if err := Child(); err != nil {
 			fmt.Fprintln(os.Stderr, "Child:", err)

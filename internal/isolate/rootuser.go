@@ -64,12 +64,23 @@ type rootRequest struct {
 	Mkdir bool     `json:"mkdir,omitempty"`
 }
 
-// RootAvailable reports whether this sandbox has a root user (its broker is
-// listening); called inside the sandbox.
+// RootAvailable reports whether this sandbox has a root user (its broker
+// listens, or will before the sandbox reports ready); called inside the
+// sandbox.
 func RootAvailable() bool {
+	if rootConfigured {
+		return true
+	}
 	fi, err := os.Lstat(RootSocket)
 	return err == nil && fi.Mode()&os.ModeSocket != 0
 }
+
+// rootConfigured: this process is a sandbox's stage 2 (its agent) and the
+// sandbox has a root user. Its broker may not listen yet (stage 2 starts
+// its work before it waits for it, and the sandbox is ready only once the
+// broker listens), so the agent can't go by the socket: it decided "no
+// root" on a busy host (TestOfficialJSSDKCompat's root steps in CI).
+var rootConfigured bool
 
 // prepareRootUser runs in stage 1 while the new root is built at nr (the
 // binary's fd comes from the host's mount namespace copy, which the pivot
@@ -143,6 +154,10 @@ func sudoOnPath() error {
 // gcAfterBrokerEnv, set in a Spec's Env, makes stage 1 collect garbage
 // right after starting the broker (TestRootUserUnderGC).
 const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
+
+// slowBrokerEnv, set in a Spec's Env, makes the root broker wait before it
+// listens (TestRootAvailableBeforeReady).
+const slowBrokerEnv = "CODE_SANDBOXES_ISOLATE_SLOW_BROKER"
 
 // brokerFailEnv, set in a Spec's Env, makes the broker fail before it
 // listens (TestRootBrokerFails).
@@ -363,6 +378,9 @@ func rootStage4(cfg *childConfig) {
 	if os.Getenv(brokerFailEnv) != "" {
 		fmt.Fprintf(st, "error: failing as asked (%s)\n", brokerFailEnv)
 		os.Exit(1)
+	}
+	if os.Getenv(slowBrokerEnv) != "" {
+		time.Sleep(300 * time.Millisecond) // a busy host's broker (TestRootAvailableBeforeReady)
 	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
 	if err == nil {

@@ -328,3 +328,20 @@ func TestRootUserUnderGC(t *testing.T) {
 		}
 	}
 }
+
+// TestRootAvailableBeforeReady: the agent decides whether the sandbox has a
+// root user before stage 2 waits for the broker (the kernel's start
+// overlaps it); a broker still starting must not make it "no root".
+func TestRootAvailableBeforeReady(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testdep.Require(t, false, "a root user needs a root caller")
+	}
+	p, out := startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID}, "root-before-ready", slowBrokerEnv+"=1")
+	b, _ := io.ReadAll(out)
+	if info, err := p.Wait(); err != nil || info.ExitCode != 0 {
+		t.Fatalf("Wait: %+v %v (%s)", info, err, b)
+	}
+	if got := strings.TrimSpace(string(b)); got != "root before ready: true, after: true" {
+		t.Errorf("%s", got)
+	}
+}
