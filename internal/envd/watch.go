@@ -179,9 +179,7 @@ func (w *dirWatcher) handle(b []byte) bool {
 			continue
 		}
 		rel := filepath.Join(dir, name)
-		if w.recursive && mask&unix.IN_ISDIR != 0 && mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0 {
-			_ = w.addTree(rel)
-		}
+		newDir := w.recursive && mask&unix.IN_ISDIR != 0 && mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0
 		var typ fspb.EventType
 		switch {
 		case mask&(unix.IN_CREATE|unix.IN_MOVED_TO) != 0:
@@ -197,13 +195,49 @@ func (w *dirWatcher) handle(b []byte) bool {
 		default:
 			continue
 		}
-		ev := &fspb.FilesystemEvent{Name: rel, Type: typ}
-		if w.includeEntry && (typ == fspb.EventType_EVENT_TYPE_CREATE || typ == fspb.EventType_EVENT_TYPE_WRITE || typ == fspb.EventType_EVENT_TYPE_CHMOD) {
-			if e, err := entryInfo(filepath.Join(w.root, rel)); err == nil {
-				ev.Entry = e
-			}
+		if !w.emitPath(rel, typ) {
+			return false
 		}
-		if !w.emit(ev) {
+		if newDir && !w.addNewTree(rel) {
+			return false
+		}
+	}
+	return true
+}
+
+// emitPath queues the event typ of rel, with its entry when asked for.
+func (w *dirWatcher) emitPath(rel string, typ fspb.EventType) bool {
+	ev := &fspb.FilesystemEvent{Name: rel, Type: typ}
+	if w.includeEntry && (typ == fspb.EventType_EVENT_TYPE_CREATE || typ == fspb.EventType_EVENT_TYPE_WRITE || typ == fspb.EventType_EVENT_TYPE_CHMOD) {
+		if e, err := entryInfo(filepath.Join(w.root, rel)); err == nil {
+			ev.Entry = e
+		}
+	}
+	return w.emit(ev)
+}
+
+// addNewTree watches a directory that appeared under a recursive watch and
+// reports what is already in it as created: entries made between the
+// directory's creation and our watch on it (mkdir -p a/b, an unpacked
+// archive) have no inotify event of their own. One made right after the
+// watch may be reported twice; none is missed.
+func (w *dirWatcher) addNewTree(rel string) bool {
+	abs := filepath.Join(w.root, rel)
+	wd, err := unix.InotifyAddWatch(w.fd, abs, inotifyMask)
+	if err != nil {
+		return true // gone already, or unreadable
+	}
+	w.wds[int32(wd)] = rel
+	des, err := os.ReadDir(abs)
+	if err != nil {
+		return true
+	}
+	for _, de := range des {
+		sub := filepath.Join(rel, de.Name())
+		if !w.emitPath(sub, fspb.EventType_EVENT_TYPE_CREATE) {
+			return false
+		}
+		if de.IsDir() && !w.addNewTree(sub) { // IsDir doesn't follow symlinks
 			return false
 		}
 	}
