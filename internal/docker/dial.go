@@ -17,26 +17,35 @@ import (
 // agent opens its socket as uid 0, before it drops to the sandbox user, and
 // is the container's init; user code can be neither. So even where the run
 // directory is writable from inside (a caller whose uid is the sandbox's),
-// a socket planted by user code never sees the token.
+// a socket planted by user code never sees the token. Executions go over
+// the agent's lean execution connection (client.Options.Dial), dialled and
+// checked the same way.
 func agentClient(sock, token string, initPid int) *client.Client {
-	d := net.Dialer{Timeout: 10 * time.Second}
+	dial := agentDial(sock, initPid)
 	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, "unix", sock)
-			if err != nil {
-				return nil, err
-			}
-			if err := checkPeer(c, initPid); err != nil {
-				c.Close()
-				return nil, err
-			}
-			return c, nil
-		},
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConnsPerHost: 16,
 		DisableCompression:  true, // a local socket: gzip would only cost CPU (see client.UnixHTTPClient)
 		IdleConnTimeout:     90 * time.Second,
 	}}
-	return client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: hc, AccessToken: token})
+	return client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: hc, Dial: dial, AccessToken: token})
+}
+
+// agentDial returns a dialer of the agent's socket that refuses a listener
+// other than the agent (checkPeer) before anything is sent on it.
+func agentDial(sock string, initPid int) func(context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	return func(ctx context.Context) (net.Conn, error) {
+		c, err := d.DialContext(ctx, "unix", sock)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkPeer(c, initPid); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
 }
 
 // checkPeer accepts the listener when it is the container's init (its pid

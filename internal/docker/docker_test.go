@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
@@ -98,6 +99,18 @@ while True:
 	var pe *peerError
 	if !errors.As(err, &pe) || !errors.Is(err, sberr.ErrUnavailable) || !strings.Contains(err.Error(), "replaced") {
 		t.Fatalf("a socket served by uid %d: %v, want a refusal", sandboxUID, err)
+	}
+	// Executions dial the agent themselves (the lean execution connection):
+	// the same check, before the upgrade request carries the token.
+	c := agentClient(evil, "token", 4242)
+	if !c.LeanExecute() {
+		t.Fatal("the docker variant's client does not use the lean execution connection")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Execute(ctx, client.ExecuteRequest{Code: "1"}, func(client.Line) {})
+	if !errors.As(err, &pe) || !errors.Is(err, sberr.ErrUnavailable) {
+		t.Fatalf("an execution on a socket served by uid %d: %v, want a refusal", sandboxUID, err)
 	}
 	// The agent's pid is accepted whatever its uid (rootless engines).
 	if err := health(t, evil, py.Process.Pid); err != nil {

@@ -80,8 +80,9 @@ func TestMetricsDocker(t *testing.T) {
 		t.Skip("starts containers")
 	}
 	needDocker(t)
+	const metricsToken = "m-0123456789abcdef"
 	_, base := testServer(t, Options{Config: sandboxes.Config{Variant: "docker", Memory: 256 << 20, CPU: 1,
-		EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}})
+		EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}, MetricsToken: metricsToken})
 	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120}`)
 	execute(t, base, a, "open('/tmp/blob', 'wb').write(b'x' * (8 << 20))\nimport time\nt = time.time()\nwhile time.time() - t < 1: pass")
 	var ms []sandboxMetric
@@ -92,5 +93,18 @@ func TestMetricsDocker(t *testing.T) {
 	// file shows as page cache rather than as disk (shmem).
 	if m := ms[0]; m.MemTotal != 256<<20 || m.CPUCount != 1 || m.MemUsed <= 0 || m.DiskUsed+m.MemCache < 8<<20 || m.CPUUsedPct <= 0 {
 		t.Errorf("metric: %+v", m)
+	}
+	// The execution went over the agent's lean connection, as on the local
+	// variant (the docker client dials the agent itself).
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if want := `code_sandboxes_serve_proxy_seconds_bucket{kind="execute",status="200"`; resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+		t.Errorf("/metrics: %d, lacks %s", resp.StatusCode, want)
 	}
 }
