@@ -72,18 +72,26 @@ func checkpointsLeft(t *testing.T) []string {
 	return out
 }
 
+// gvisorX40 creates a local gVisor sandbox (closed at the test's end) that
+// holds x = 40, with a context of a few minutes for the test's calls.
+func gvisorX40(t *testing.T) (*sandboxes.Sandbox, context.Context) {
+	t.Helper()
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	return sb, ctx
+}
+
 // A checkpoint that hangs is abandoned at its bound: Pause answers with
 // the reason, the partial checkpoint is gone, and the sandbox runs on with
 // its state (and pauses fine once runsc behaves).
 func TestLocalGVisorCheckpointHangs(t *testing.T) {
 	requireGVisor(t)
 	faults := faultyRunsc(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
-		t.Fatal(ex.Error)
-	}
+	sb, ctx := gvisorX40(t)
 	setFault(t, faults, "hang-checkpoint", true)
 	err := sb.Pause(ctx)
 	if err == nil || !strings.Contains(err.Error(), "took longer than 4s") || !strings.Contains(err.Error(), "keeps running") {
@@ -115,12 +123,7 @@ func TestLocalGVisorCheckpointHangs(t *testing.T) {
 func TestLocalGVisorCheckpointFailsDead(t *testing.T) {
 	requireGVisor(t)
 	faults := faultyRunsc(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
-		t.Fatal(ex.Error)
-	}
+	sb, ctx := gvisorX40(t)
 	// The quiesce goes through (its runsc kill works); then checkpoint
 	// and every later runsc kill fail.
 	setFault(t, faults, "hang-checkpoint", true)
@@ -160,12 +163,7 @@ func TestLocalGVisorCheckpointFailsDead(t *testing.T) {
 func TestLocalGVisorRestoreHangs(t *testing.T) {
 	requireGVisor(t)
 	faults := faultyRunsc(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
-		t.Fatal(ex.Error)
-	}
+	sb, ctx := gvisorX40(t)
 	if err := sb.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -213,12 +211,7 @@ func TestLocalGVisorPauseDiskFull(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", small).Run() })
 	t.Setenv("CODE_SANDBOXES_STATE_DIR", small)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
-		t.Fatal(ex.Error)
-	}
+	sb, ctx := gvisorX40(t)
 	err := sb.Pause(ctx)
 	if !errors.Is(err, sandboxes.ErrUnavailable) || !strings.Contains(err.Error(), "free") {
 		t.Fatalf("Pause with a 2 MiB state disk: %v, want ErrUnavailable saying how much is free", err)

@@ -307,12 +307,7 @@ func agentStatus(t *testing.T, id, token string) int {
 // host's pause, and the sandbox comes back.
 func TestLocalGVisorPauseAfterHostileQuiesce(t *testing.T) {
 	requireGVisor(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
-		t.Fatal(ex.Error)
-	}
+	sb, ctx := gvisorX40(t)
 	// The agent closes every connection, this one's included: the call
 	// may end in an error.
 	_, _ = sb.Commands().Run(ctx, "kill -USR2 1; sleep 1")
@@ -331,12 +326,7 @@ func TestLocalGVisorPauseAfterHostileQuiesce(t *testing.T) {
 // and the sandbox stays paused (its checkpoint kept).
 func TestLocalGVisorResumeRefused(t *testing.T) {
 	requireGVisor(t)
-	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
-		t.Fatal(ex.Error)
-	}
+	sb, ctx := gvisorX40(t)
 	if err := sb.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}

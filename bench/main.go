@@ -590,31 +590,32 @@ func minimalMemory(ctx context.Context) string {
 // shim (from its record), and everything in its process tree; and by part
 // (the process's argv[0]: shim, agent, kernel).
 func idleMemory(rt string) (float64, map[string]float64) {
-	ents, _ := os.ReadDir(rt)
 	total := 0.0
 	parts := map[string]float64{}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(rt, e.Name(), "state.json"))
-		if err != nil {
-			continue
-		}
-		var r struct {
-			ShimPid int `json:"shim_pid"`
-		}
-		_ = json.Unmarshal(b, &r)
-		for _, pid := range tree(r.ShimPid) {
-			v := pss(pid) / 1024
-			total += v
-			c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-			name, _, _ := strings.Cut(string(c), "\x00")
-			parts[filepath.Base(name)] += v
-		}
+	for _, pid := range sandboxPids(rt) {
+		v := pss(pid) / 1024
+		total += v
+		c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		name, _, _ := strings.Cut(string(c), "\x00")
+		parts[filepath.Base(name)] += v
 	}
 	return total, parts
 }
 
 // sandboxThreads counts the threads and processes of every sandbox in rt.
 func sandboxThreads(rt string) (threads, procs int) {
+	for _, pid := range sandboxPids(rt) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		threads += len(tasks)
+		procs++
+	}
+	return threads, procs
+}
+
+// sandboxPids lists the processes of every sandbox in rt: each shim (from
+// its record) and its process tree.
+func sandboxPids(rt string) []int {
+	var pids []int
 	ents, _ := os.ReadDir(rt)
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join(rt, e.Name(), "state.json"))
@@ -625,13 +626,9 @@ func sandboxThreads(rt string) (threads, procs int) {
 			ShimPid int `json:"shim_pid"`
 		}
 		_ = json.Unmarshal(b, &r)
-		for _, pid := range tree(r.ShimPid) {
-			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-			threads += len(tasks)
-			procs++
-		}
+		pids = append(pids, tree(r.ShimPid)...)
 	}
-	return threads, procs
+	return pids
 }
 
 func tree(root int) []int {

@@ -6,6 +6,7 @@ package e2b_test
 // createSnapshot), with hostile and buggy answers.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -84,14 +85,22 @@ func newPausingFake(t *testing.T) *pausingFake {
 	return p
 }
 
-func TestFixturePauseResume(t *testing.T) {
+// pausingSandbox creates a sandbox on a new pausingFake, closed at the
+// test's end.
+func pausingSandbox(t *testing.T) (*pausingFake, context.Context, *sandboxes.Sandbox) {
+	t.Helper()
 	f := newPausingFake(t)
 	ctx := ctxT(t, time.Minute)
 	sb, err := sandboxes.Create(ctx, f.config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Close()
+	t.Cleanup(func() { _ = sb.Close() })
+	return f, ctx, sb
+}
+
+func TestFixturePauseResume(t *testing.T) {
+	f, ctx, sb := pausingSandbox(t)
 	if err := sb.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -131,13 +140,7 @@ func TestFixturePauseResume(t *testing.T) {
 }
 
 func TestFixtureSnapshotFork(t *testing.T) {
-	f := newPausingFake(t)
-	ctx := ctxT(t, time.Minute)
-	sb, err := sandboxes.Create(ctx, f.config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	f, ctx, sb := pausingSandbox(t)
 	if err := sb.Snapshot(ctx, "fixture-snap"); err != nil {
 		t.Fatal(err)
 	}
@@ -198,13 +201,7 @@ func TestFixtureSnapshotFork(t *testing.T) {
 // TestFixturePauseHostile: whatever E2B (or something posing as it)
 // answers, the caller gets a clear, matchable error, and reads are bounded.
 func TestFixturePauseHostile(t *testing.T) {
-	f := newPausingFake(t)
-	ctx := ctxT(t, time.Minute)
-	sb, err := sandboxes.Create(ctx, f.config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	f, ctx, sb := pausingSandbox(t)
 	answer := func(path string, status int, body string) {
 		inner := f.override
 		f.override = func(w http.ResponseWriter, r *http.Request, b string) bool {

@@ -761,7 +761,13 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "timeout (seconds) is required")
 		return
 	}
-	d, ok := s.timeout(w, *req.Timeout)
+	s.applyTimeout(w, r, e, *req.Timeout)
+}
+
+// applyTimeout sets a sandbox's lifetime to end secs from now and answers
+// 204 (or the refusal).
+func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, e *entry, secs int64) {
+	d, ok := s.timeout(w, secs)
 	if !ok {
 		return
 	}
@@ -788,15 +794,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	if req.Duration != nil {
 		secs = *req.Duration
 	}
-	d, ok := s.timeout(w, secs)
-	if !ok {
-		return
-	}
-	if err := e.inst.SetTimeout(r.Context(), d); err != nil {
-		s.writeExtendError(w, e.id, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.applyTimeout(w, r, e, secs)
 }
 
 // connect answers the Sandbox of a running sandbox (200); like E2B, a timeout

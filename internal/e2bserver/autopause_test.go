@@ -50,19 +50,7 @@ func TestAutoPauseGVisor(t *testing.T) {
 	a := createSB(t, base, testKey, `{"templateID":"base","timeout":3,"autoPause":true,"autoResume":{"enabled":true}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	run := func(code string) string {
-		t.Helper()
-		sb, err := sandboxes.Get(ctx, s.cfg, a.SandboxID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sb.Detach()
-		ex, err := sb.RunCode(ctx, code)
-		if err != nil || ex.Error != nil {
-			t.Fatalf("%s: %v %v", code, err, ex.Error)
-		}
-		return ex.Text()
-	}
+	run := runner(ctx, t, s, a.SandboxID)
 	run("x = 40")
 	u := base + "/sandboxes/" + a.SandboxID
 	details := func() sandboxDetail {

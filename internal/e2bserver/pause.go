@@ -43,15 +43,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := e.sb.Pause(r.Context()); err != nil {
-		switch {
-		case errors.Is(err, sandboxes.ErrNotSupported):
-			writeError(w, http.StatusNotImplemented, "pausing is not supported here: %v (run serve with --isolation gvisor on the local variant)", err)
-		case errors.Is(err, sandboxes.ErrNotFound):
-			s.forget(e.id)
-			writeError(w, http.StatusNotFound, "sandbox %q not found", e.id)
-		default:
-			writeError(w, http.StatusInternalServerError, "pausing sandbox %s: %v", e.id, err)
-		}
+		s.writePauseError(w, e, "pausing", err)
 		return
 	}
 	if e.tunnel != nil {
@@ -65,12 +57,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 // resumeEntry resumes a paused sandbox; it answers the error itself.
 func (s *Server) resumeEntry(w http.ResponseWriter, r *http.Request, e *entry) bool {
 	if err := e.sb.Resume(r.Context()); err != nil {
-		if errors.Is(err, sandboxes.ErrNotFound) {
-			s.forget(e.id)
-			writeError(w, http.StatusNotFound, "sandbox %q not found", e.id)
-			return false
-		}
-		writeError(w, http.StatusInternalServerError, "resuming sandbox %s: %v", e.id, err)
+		s.writePauseError(w, e, "resuming", err)
 		return false
 	}
 	if e.tunnel != nil {
@@ -79,4 +66,20 @@ func (s *Server) resumeEntry(w http.ResponseWriter, r *http.Request, e *entry) b
 	k := caller(r)
 	s.log.Info("resumed", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key))
 	return true
+}
+
+// writePauseError answers a failed pause, resume or snapshot (what:
+// "pausing", "resuming", "snapshotting"): 501 with the reason where
+// sandboxes can't pause, 404 (and the sandbox forgotten) when it is gone,
+// else 500.
+func (s *Server) writePauseError(w http.ResponseWriter, e *entry, what string, err error) {
+	switch {
+	case errors.Is(err, sandboxes.ErrNotSupported):
+		writeError(w, http.StatusNotImplemented, "%s is not supported here: %v (run serve with --isolation gvisor on the local variant)", what, err)
+	case errors.Is(err, sandboxes.ErrNotFound):
+		s.forget(e.id)
+		writeError(w, http.StatusNotFound, "sandbox %q not found", e.id)
+	default:
+		writeError(w, http.StatusInternalServerError, "%s sandbox %s: %v", what, e.id, err)
+	}
 }

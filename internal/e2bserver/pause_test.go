@@ -2,36 +2,19 @@ package e2bserver
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
-	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
-// E2B's pause, resume and connect-resumes, with their statuses, on serve
-// --isolation gvisor; the state survives.
-func TestPauseResumeGVisor(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts sandboxes")
-	}
-	needSandboxes(t)
-	_, err := exec.LookPath("runsc")
-	testdep.Require(t, err == nil, "gVisor's runsc (apt-get install runsc; make deps)")
-	testdep.Require(t, os.Geteuid() == 0, "root (isolation gvisor on the local variant runs runsc as root)")
-	t.Setenv("CODE_SANDBOXES_STATE_DIR", t.TempDir())
-	s, base := testServer(t, Options{Config: sandboxes.Config{Isolation: sandboxes.IsolationGVisor}})
-	var a sandboxJSON
-	if resp := call(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","timeout":90}`, nil, &a); resp.StatusCode != 201 {
-		t.Fatalf("create: %d", resp.StatusCode)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	run := func(code string) string {
+// runner returns a function that runs code in sandbox id through the Go
+// API (as the server's own config reaches it) and returns its text; any
+// error fails the test.
+func runner(ctx context.Context, t *testing.T, s *Server, id string) func(code string) string {
+	return func(code string) string {
 		t.Helper()
-		sb, err := sandboxes.Get(ctx, s.cfg, a.SandboxID)
+		sb, err := sandboxes.Get(ctx, s.cfg, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,6 +25,17 @@ func TestPauseResumeGVisor(t *testing.T) {
 		}
 		return ex.Text()
 	}
+}
+
+// E2B's pause, resume and connect-resumes, with their statuses, on serve
+// --isolation gvisor; the state survives.
+func TestPauseResumeGVisor(t *testing.T) {
+	needGVisorServe(t)
+	s, base := testServer(t, Options{Config: sandboxes.Config{Isolation: sandboxes.IsolationGVisor}})
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":90}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run := runner(ctx, t, s, a.SandboxID)
 	run("x = 40")
 	u := base + "/sandboxes/" + a.SandboxID
 	if resp := call(t, "POST", u+"/pause", testKey, "", nil, nil); resp.StatusCode != 204 {

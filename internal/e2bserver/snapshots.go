@@ -182,7 +182,7 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Minute)
 	defer cancel()
 	if err := e.sb.Snapshot(ctx, snapshotPrefix(k.Team)+name); err != nil {
-		s.writeSnapshotError(w, e, err)
+		s.writePauseError(w, e, "snapshotting", err)
 		return
 	}
 	if e.tunnel != nil {
@@ -190,18 +190,6 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("snapshot", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key), "snapshot", name)
 	writeJSON(w, http.StatusCreated, teamSnapshot{name: name}.info())
-}
-
-func (s *Server) writeSnapshotError(w http.ResponseWriter, e *entry, err error) {
-	switch {
-	case errors.Is(err, sandboxes.ErrNotSupported):
-		writeError(w, http.StatusNotImplemented, "snapshots are not supported here: %v (run serve with --isolation gvisor on the local variant)", err)
-	case errors.Is(err, sandboxes.ErrNotFound):
-		s.forget(e.id)
-		writeError(w, http.StatusNotFound, "sandbox %q not found", e.id)
-	default:
-		writeError(w, http.StatusInternalServerError, "snapshot of sandbox %s: %v", e.id, err)
-	}
 }
 
 // listSnapshots is GET /snapshots: the team's snapshots, newest first,
@@ -323,7 +311,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	err := e.sb.Snapshot(ctx, local)
 	s.snapMu.Unlock()
 	if err != nil {
-		s.writeSnapshotError(w, e, err)
+		s.writePauseError(w, e, "snapshotting", err)
 		return
 	}
 	defer func() { _ = sandboxes.DeleteSnapshot(context.Background(), s.cfg, local) }()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/tail"
+	"github.com/code-sandboxes/code-sandboxes/internal/units"
 )
 
 // BuildOptions tune a build.
@@ -110,7 +111,7 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		if err != nil {
 			return nil, fmt.Errorf("%w: share files with the base: %w", ErrBuildFailed, err)
 		}
-		p.linef("environment %s: %s shared with %s", spec.Name, humanBytes(saved), in.BaseBuild.Name)
+		p.linef("environment %s: %s shared with %s", spec.Name, units.Bytes(saved), in.BaseBuild.Name)
 	}
 	b := &Build{ID: id, Name: spec.Name, Description: spec.Description, Base: bl.baseDesc(),
 		CreatedAt: time.Now().UTC(), Env: spec.allEnv(), Host: spec.Base.Host}
@@ -135,7 +136,7 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 	}
 	ok = true
 	b.Dir = final
-	p.linef("environment %s: built %s in %s (%s)", spec.Name, id[:12], time.Since(start).Round(100*time.Millisecond), humanBytes(b.SizeBytes))
+	p.linef("environment %s: built %s in %s (%s)", spec.Name, id[:12], time.Since(start).Round(100*time.Millisecond), units.Bytes(b.SizeBytes))
 	return b, s.setName(spec.Name, id)
 }
 
@@ -579,13 +580,3 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.buf) }
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
-}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/units"
 )
 
 // progress reports a build: on a terminal a live bar (steps, or bytes while
@@ -100,7 +102,7 @@ func (p *progress) bytes(what string, total int64) *byteCounter {
 		// total is the compressed size; the stream is uncompressed, so the
 		// bar shows a count rather than a misleading percentage.
 		c.bar = progressbar.NewOptions64(-1, progressbar.OptionSetWriter(p.w), progressbar.OptionShowBytes(true),
-			progressbar.OptionSetDescription(fmt.Sprintf("%s (%s compressed)", what, humanBytes(total))),
+			progressbar.OptionSetDescription(fmt.Sprintf("%s (%s compressed)", what, units.Bytes(total))),
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
 	return c
@@ -119,6 +121,6 @@ func (c *byteCounter) finish() {
 		_ = c.bar.Finish()
 	}
 	if c.p.w != nil && !c.p.tty {
-		fmt.Fprintf(c.p.w, "        %s: %s in %s\n", c.what, humanBytes(c.n), time.Since(c.start).Round(time.Millisecond))
+		fmt.Fprintf(c.p.w, "        %s: %s in %s\n", c.what, units.Bytes(c.n), time.Since(c.start).Round(time.Millisecond))
 	}
 }

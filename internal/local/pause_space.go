@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/units"
 )
 
 // checkpointMargin is free space asked for beyond the sandbox's memory: the
@@ -47,7 +49,7 @@ func (g *gvisorSandbox) checkSpaceForCheckpoint(img string, limit int64) error {
 		// Plain text: it reaches the caller through the pause result
 		// file, and Pause makes it an ErrUnavailable.
 		return fmt.Errorf("a checkpoint of this sandbox needs up to %s of disk and %s has %s free; free some space there or point %s at a larger disk; the sandbox keeps running",
-			humanSize(need), dir, humanSize(free), stateDirEnv)
+			units.Bytes(need), dir, units.Bytes(free), stateDirEnv)
 	}
 	return nil
 }
@@ -65,14 +67,4 @@ func freeBytes(p string) (int64, string, error) {
 			return 0, d, err
 		}
 	}
-}
-
-func humanSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }
