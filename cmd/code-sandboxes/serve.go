@@ -30,7 +30,7 @@ func serveCmd() *cobra.Command {
 		cpu, totalCPU                                                 float64
 		maxSandboxes, createsPerMinute, warmPool                      int
 		maxTimeout                                                    time.Duration
-		maxSnapshots                                                  int
+		maxSnapshots, maxPaused                                       int
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
 		toolServers                                                   []string
 		templateLoopback                                              []int
@@ -145,6 +145,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
 				MaxSnapshots:        maxSnapshots,
+				MaxPaused:           maxPaused,
 				Logger:              logger,
 			})
 			if err != nil {
@@ -213,6 +214,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
 	f.IntVar(&maxSnapshots, "max-snapshots", 20, "most snapshots a team keeps (each a whole sandbox's checkpoint on disk; --isolation gvisor)")
+	f.IntVar(&maxPaused, "max-paused", 20, "most paused sandboxes a team keeps, counting autoPause ones from their create (each a checkpoint on disk; paused ones don't count against the quotas; --isolation gvisor)")
 	f.IntVar(&warmPool, "warm-pool", 0, "local variant: keep this many sandboxes started ahead for each shape of create that can use one (network none, no envVars, one team's memory and cpu), handed out in about a millisecond")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")

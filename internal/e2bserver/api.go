@@ -374,7 +374,7 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 		return
 	}
 	defer s.creates.Done()
-	q, release, err := s.reserve(k.Team)
+	q, release, err := s.reserve(k.Team, autoPause)
 	if errors.Is(err, errQuota) && !errors.Is(err, errRate) && s.mayRelist(k.Team) {
 		// Sandboxes that ended by their timeout still count until a listing
 		// notices; look, then decide. A listing costs the variant (engine or
@@ -382,7 +382,7 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 		// per relistEvery, and a rate refusal never: a listing can't change it.
 		s.relists.Add(1)
 		if _, lerr := s.ours(r.Context(), ""); lerr == nil {
-			q, release, err = s.reserve(k.Team)
+			q, release, err = s.reserve(k.Team, autoPause)
 		}
 	}
 	if err != nil {
@@ -454,7 +454,7 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 		return
 	}
 	e.logs = logs
-	e.autoResume = autoResume
+	e.autoResume, e.autoPause = autoResume, autoPause
 	e.net.Store(&st)
 	if testHookCreated != nil {
 		testHookCreated()
@@ -523,10 +523,11 @@ func (s *Server) startCreate() bool {
 	return true
 }
 
-// reserve counts a create against the team's quota before it starts, so
-// that concurrent creates can't overshoot it; release undoes the
-// reservation (after commit it only drops the pending count).
-func (s *Server) reserve(team string) (Quota, func(), error) {
+// reserve counts a create against the team's quota (and, with autoPause,
+// a paused slot: pausequota.go) before it starts, so that concurrent
+// creates can't overshoot it; release undoes the reservation (after commit
+// it only drops the pending count).
+func (s *Server) reserve(team string, autoPause bool) (Quota, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ts := s.teams[team]
@@ -535,33 +536,33 @@ func (s *Server) reserve(team string) (Quota, func(), error) {
 		return Quota{}, nil, fmt.Errorf("%w: team %s has no key any more", errQuota, team)
 	}
 	q := ts.quota
-	n, mem, cpu := ts.pending, ts.pendingMem, ts.pendingCPU
-	for _, e := range s.sandboxes {
-		if e.team == team {
-			n++
-			mem += e.memory
-			cpu += e.cpus
+	n, mem, cpu := s.runningLocked(ts, team, nil)
+	if err := quotaError(team, q, n, mem, cpu, q.Memory, q.CPU); err != nil {
+		return q, nil, err
+	}
+	if autoPause {
+		if n := s.pausedSlotsLocked(ts, team); n >= s.maxPausedPerTeam() {
+			return q, nil, s.pausedCapError(team, n)
 		}
 	}
-	switch {
-	case q.Sandboxes > 0 && n+1 > q.Sandboxes:
-		return q, nil, fmt.Errorf("%w: team %s may run %d sandboxes at once; kill one first", errQuota, team, q.Sandboxes)
-	case q.TotalMemory > 0 && mem+q.Memory > q.TotalMemory:
-		return q, nil, fmt.Errorf("%w: team %s may use %d MiB of memory in all; %d MiB are in use", errQuota, team, q.TotalMemory>>20, mem>>20)
-	case q.TotalCPU > 0 && cpu+q.CPU > q.TotalCPU+1e-9:
-		return q, nil, fmt.Errorf("%w: team %s may use %g CPUs in all; %g are in use", errQuota, team, q.TotalCPU, cpu)
-	case ts.limiter != nil && !ts.limiter.Allow():
+	if ts.limiter != nil && !ts.limiter.Allow() {
 		return q, nil, fmt.Errorf("%w: team %s may create %d sandboxes per minute; try again later", errRate, team, q.CreatesPerMinute)
 	}
 	ts.pending++
 	ts.pendingMem += q.Memory
 	ts.pendingCPU += q.CPU
+	if autoPause {
+		ts.pendingPaused++
+	}
 	return q, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		ts.pending--
 		ts.pendingMem -= q.Memory
 		ts.pendingCPU -= q.CPU
+		if autoPause {
+			ts.pendingPaused--
+		}
 	}, nil
 }
 
@@ -599,6 +600,7 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 	// Only ids held before the listing may be pruned: one created while it
 	// runs is missing from it without being gone.
 	held := s.Created()
+	resumes := s.resumeCounts()
 	infos, err := sandboxes.List(ctx, s.cfg, sandboxes.ListOptions{Tags: map[string]string{}})
 	if err != nil {
 		return nil, err
@@ -608,6 +610,9 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 	for _, i := range infos {
 		if _, ok := i.Tags[tagTemplate]; ok && (i.Status == "running" || i.Status == sandboxes.StatusPaused) {
 			live[i.ID] = true
+			if r, ok := resumes[i.ID]; ok && i.Status == sandboxes.StatusPaused {
+				s.notePaused(i.ID, r)
+			}
 			if s.lookup(i.ID, team) != nil {
 				out = append(out, i)
 			}

@@ -62,7 +62,12 @@ func (s *Server) wake(w http.ResponseWriter, r *http.Request, e *entry) bool {
 	// The request is not what ends a resume half-way.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
 	defer cancel()
-	if err := e.sb.Resume(ctx); err != nil {
+	if err := s.resumeCounted(ctx, e); err != nil {
+		if errors.Is(err, errQuota) {
+			s.metrics.refused.WithLabelValues("quota").Inc()
+			writeError(w, http.StatusTooManyRequests, "sandbox %s is paused and can't resume now: %v", e.id, err)
+			return false
+		}
 		if errors.Is(err, sandboxes.ErrNotFound) {
 			s.forget(e.id)
 			sandboxGone(w, e.id)

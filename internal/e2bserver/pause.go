@@ -12,7 +12,9 @@ import (
 func (s *Server) findPausable(w http.ResponseWriter, r *http.Request) (*entry, sandboxes.Info, bool) {
 	id := r.PathValue("id")
 	if e := s.lookup(id, caller(r).Team); e != nil {
+		resumes := s.resumeCount(e)
 		if i, err := e.inst.Info(r.Context()); err == nil && i.Status == sandboxes.StatusPaused {
+			s.notePaused(e.id, resumes) // autoPause pauses it without serve
 			return e, i, true
 		}
 	}
@@ -42,8 +44,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, "sandbox %q is already paused", e.id)
 		return
 	}
-	if err := e.sb.Pause(r.Context()); err != nil {
-		s.writePauseError(w, e, "pausing", err)
+	if !s.pauseEntry(w, r, e) {
 		return
 	}
 	if e.tunnel != nil {
@@ -56,8 +57,8 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 
 // resumeEntry resumes a paused sandbox; it answers the error itself.
 func (s *Server) resumeEntry(w http.ResponseWriter, r *http.Request, e *entry) bool {
-	if err := e.sb.Resume(r.Context()); err != nil {
-		s.writePauseError(w, e, "resuming", err)
+	if err := s.resumeCounted(r.Context(), e); err != nil {
+		s.writeResumeError(w, e, err)
 		return false
 	}
 	if e.tunnel != nil {

@@ -603,7 +603,7 @@ func TestUnavailableKeepsQuota(t *testing.T) {
 	if s.lookup("held1", "team-a") == nil {
 		t.Fatal("a sandbox whose variant didn't answer was forgotten")
 	}
-	if _, _, err := s.reserve("team-a"); !errors.Is(err, errQuota) {
+	if _, _, err := s.reserve("team-a", false); !errors.Is(err, errQuota) {
 		t.Errorf("the team's quota of 1 has room beside a held sandbox: %v", err)
 	}
 }

@@ -139,6 +139,11 @@ type Options struct {
 	// MaxSnapshots bounds the snapshots a team keeps (each a whole
 	// sandbox's checkpoint on disk); default 20.
 	MaxSnapshots int
+	// MaxPaused bounds a team's paused sandboxes, counting those that
+	// pause at their timeout (autoPause) from their create on; default 20.
+	// Paused sandboxes don't count against Quota (as on E2B): this is
+	// what keeps a team from hoarding checkpoints on disk.
+	MaxPaused int
 	// TemplateBuilds turns on E2B's template build API (Template.build):
 	// teams' build steps then run on this machine, jailed (a user namespace
 	// of their own, never host root; the internet through the egress
@@ -177,6 +182,7 @@ type Server struct {
 	metricsToken   string
 	maxTimeout     time.Duration
 	maxSnaps       int        // Options.MaxSnapshots
+	maxPaused      int        // Options.MaxPaused
 	snapMu         sync.Mutex // snapshots: one taken or deleted at a time (snapshots.go)
 	log            *slog.Logger
 	api            http.Handler
@@ -223,7 +229,12 @@ type entry struct {
 	inflight           atomic.Int32 // data-plane requests open
 	logs               *sandboxLog  // the template's start command's output; nil = none
 	autoResume         bool         // traffic resumes it when paused (autopause.go)
-	resumeMu           sync.Mutex   // one resume by traffic at a time
+	autoPause          bool         // pauses at its timeout: holds a paused slot (pausequota.go)
+	// paused, resuming and resumes are guarded by Server.mu (pausequota.go):
+	// paused, serve's view, keeps the sandbox out of its team's quota.
+	paused, resuming bool
+	resumes          int
+	resumeMu         sync.Mutex // one resume by traffic at a time
 }
 
 // teamState is a team's quota and what it has in flight.
@@ -233,13 +244,15 @@ type teamState struct {
 	pending    int
 	pendingMem int64
 	pendingCPU float64
-	lastRelist time.Time // of a refused create (mayRelist)
+	// pendingPaused: pauses and autoPause creates in flight (pausequota.go).
+	pendingPaused int
+	lastRelist    time.Time // of a refused create (mayRelist)
 }
 
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
 	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, allowPrivate: o.AllowPrivate, metricsToken: o.MetricsToken,
-		maxTimeout: o.MaxTimeout, maxSnaps: o.MaxSnapshots, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
+		maxTimeout: o.MaxTimeout, maxSnaps: o.MaxSnapshots, maxPaused: o.MaxPaused, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
 	s.createCtx, s.stopCreates = context.WithCancel(context.Background())
 	for name := range o.ToolSets {
 		if name == "" || strings.ContainsAny(name, ".,= \t") {
@@ -606,6 +619,7 @@ func (s *Server) Adopt(ctx context.Context) error {
 		e, err := s.newEntry(sb, i.Tags[tagTeam], t, i.Tags[tagPrivate] == "true", i.Memory, i.CPUs)
 		if e != nil {
 			e.autoResume = i.Tags[tagAutoResume] == "true"
+			e.autoPause = i.Tags[tagOnTimeout] == "pause"
 		}
 		if err != nil {
 			_ = sb.Detach()
