@@ -42,19 +42,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("team B reads team A's metrics: %+v", multi)
 	}
 
-	prom := func(hdr map[string]string) (int, string) {
-		req, _ := http.NewRequest("GET", base+"/metrics", nil)
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	prom := func(hdr map[string]string) (int, string) { return getText(t, base+"/metrics", hdr) }
 	for _, hdr := range []map[string]string{nil, {"X-API-Key": keyA}, {"Authorization": "Bearer " + keyA}} {
 		if st, _ := prom(hdr); st != 401 {
 			t.Errorf("/metrics with %v: %d, want 401", hdr, st)
@@ -96,15 +84,24 @@ func TestMetricsDocker(t *testing.T) {
 	}
 	// The execution went over the agent's lean connection, as on the local
 	// variant (the docker client dials the agent itself).
-	req, _ := http.NewRequest("GET", base+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	st, body := getText(t, base+"/metrics", map[string]string{"Authorization": "Bearer " + metricsToken})
+	if want := `code_sandboxes_serve_proxy_seconds_bucket{kind="execute",status="200"`; st != 200 || !strings.Contains(body, want) {
+		t.Errorf("/metrics: %d, lacks %s", st, want)
+	}
+}
+
+// getText GETs u with the headers hdr: the status and the body.
+func getText(t *testing.T, u string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", u, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if want := `code_sandboxes_serve_proxy_seconds_bucket{kind="execute",status="200"`; resp.StatusCode != 200 || !strings.Contains(string(b), want) {
-		t.Errorf("/metrics: %d, lacks %s", resp.StatusCode, want)
-	}
+	return resp.StatusCode, string(b)
 }

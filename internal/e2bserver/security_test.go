@@ -194,17 +194,7 @@ func TestDataPlaneCredentials(t *testing.T) {
 		return q
 	}
 	get := func(q url.Values, hdr map[string]string) (int, string) {
-		req, _ := http.NewRequest("GET", base+"/files?"+q.Encode(), nil)
-		for k, v := range hdr {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		return getText(t, base+"/files?"+q.Encode(), hdr)
 	}
 	routed := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983"}
 	for _, hdr := range []map[string]string{routed, nil} {
