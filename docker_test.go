@@ -572,3 +572,44 @@ func TestDockerPackages(t *testing.T) {
 		t.Errorf("containers left after a failed install: %d %v", len(res.Items), err)
 	}
 }
+
+// TestDockerCloseLeavesNoConnections: closing a docker sandbox closes
+// every connection its handle kept to the agent, the lean execution
+// connection's included (a long-running caller such as serve would
+// otherwise keep one descriptor per sandbox it ever ran code in).
+func TestDockerCloseLeavesNoConnections(t *testing.T) {
+	cfg := dockerConfig(t)
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	round := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		sb, err := sandboxes.Create(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+			t.Fatal(ex.Error)
+		}
+		if ex := runOut(t, sb, "x + 2"); ex.Text() != "42" {
+			t.Fatalf("x + 2 = %q (%v)", ex.Text(), ex.Error)
+		}
+		if err := sb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round() // whatever the process opens once (epoll, the cgroup files Go reads)
+	before := openFDs()
+	for range 3 {
+		round()
+	}
+	if after := openFDs(); after > before {
+		t.Errorf("%d descriptors open after 3 sandboxes were closed, %d before them", after, before)
+	}
+}

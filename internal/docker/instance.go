@@ -141,9 +141,7 @@ func (i *instance) Kill(ctx context.Context) error {
 // Release implements driver.Instance.
 func (i *instance) Release() error {
 	i.fw.Close()
-	if tr, ok := i.c.HTTPClient().Transport.(interface{ CloseIdleConnections() }); ok {
-		tr.CloseIdleConnections()
-	}
+	i.c.CloseIdleConnections() // HTTP's and the lean execution connections
 	i.e.Close()
 	return nil
 }
