@@ -236,19 +236,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	var cold, coldLean, createOnly, bw []float64
 	var bwErr error
 	lean, leanErr := leanBinary()
-	coldOnce := func() float64 {
-		t := time.Now()
-		sb, err := sandboxes.Create(ctx, cfg)
-		check(err)
-		ex, err := sb.RunCode(ctx, "1 + 1")
-		check(err)
-		if ex.Text() != "2" {
-			check(fmt.Errorf("cold create: got %q", ex.Text()))
-		}
-		ms := since(t)
-		check(sb.Close())
-		return ms
-	}
+	coldOnce := func() float64 { return firstResult(ctx, cfg, "cold create") }
 	for i := 0; i < *nCold; i++ {
 		withSandboxBinary("", func() { cold = append(cold, coldOnce()) })
 		if leanErr == nil {
@@ -665,4 +653,20 @@ func pss(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// firstResult times Create → the result of 1 + 1 (ms) and closes the
+// sandbox; what names the measurement in a failure.
+func firstResult(ctx context.Context, cfg sandboxes.Config, what string) float64 {
+	t := time.Now()
+	sb, err := sandboxes.Create(ctx, cfg)
+	check(err)
+	ex, err := sb.RunCode(ctx, "1 + 1")
+	check(err)
+	if ex.Text() != "2" {
+		check(fmt.Errorf("%s: got %q", what, ex.Text()))
+	}
+	ms := since(t)
+	check(sb.Close())
+	return ms
 }

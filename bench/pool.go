@@ -24,19 +24,7 @@ func poolBench(ctx context.Context, rep *strings.Builder) {
 	warm := cold
 	warm.Local.WarmPool = 1
 	defer sandboxes.CloseLocalWarmPools(ctx)
-	first := func(cfg sandboxes.Config) float64 {
-		t := time.Now()
-		sb, err := sandboxes.Create(ctx, cfg)
-		check(err)
-		ex, err := sb.RunCode(ctx, "1 + 1")
-		check(err)
-		if ex.Text() != "2" {
-			check(fmt.Errorf("pool bench: got %q", ex.Text()))
-		}
-		ms := since(t)
-		check(sb.Close())
-		return ms
-	}
+	first := func(cfg sandboxes.Config) float64 { return firstResult(ctx, cfg, "pool bench") }
 	// The first warm Create is a miss that starts the pool.
 	first(warm)
 	before := sandboxes.LocalWarmPoolStats()
