@@ -436,12 +436,13 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 		}
 	}
 	threads, nprocs := sandboxThreads(rt)
+	hostThreads, selfThreads := hostTasks(), selfTasks()
 	pidMax, _ := os.ReadFile("/proc/sys/kernel/pid_max")
 	for _, sb := range alive {
 		_ = sb.Close()
 	}
 	if len(alive) > 0 {
-		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here).\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)))
+		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here); %d threads on the host, %d of them this benchmark's. Every thread on the host lengthens each new sandbox's `pivot_root` (the kernel walks them all: `chroot_fs_refs`), the part of the slope that grows with the sandboxes alive.\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)), hostThreads, selfThreads)
 	}
 	ents, _ := os.ReadDir(rt)
 	fmt.Fprintf(rep, "\n%d alive at the peak; the last tenth's create p50 is %.2f× the first's (goal ≤ 1.5×); after closing them all, %d entries were left in the runtime directory.\n\n", len(alive), lastP50/max(firstP50, 1e-9), len(ents))
@@ -632,6 +633,26 @@ func sandboxThreads(rt string) (threads, procs int) {
 		}
 	}
 	return threads, procs
+}
+
+// hostTasks counts the threads of every process on the host.
+func hostTasks() int {
+	n := 0
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		tasks, _ := os.ReadDir("/proc/" + p.Name() + "/task")
+		n += len(tasks)
+	}
+	return n
+}
+
+// selfTasks counts this process's threads.
+func selfTasks() int {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	return len(tasks)
 }
 
 func tree(root int) []int {
