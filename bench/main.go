@@ -412,16 +412,17 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	rep.WriteString("## Scale\n\n")
 	step := max(1, *nScale/10)
-	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles).\n\n| alive | create p50 | %s | CPU per create p50 |\n|---|---|---|---|\n", *nScale, procs, step, tailName(step))
+	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles). The host's memory beside: once the sandboxes' own (about 14 MiB each) has eaten its free memory, the kernel reclaims page cache (pages scanned), and a create whose binaries' or Python's pages were evicted reads them again.\n\n| alive | create p50 | %s | CPU per create p50 | MemAvailable | pages scanned by reclaim |\n|---|---|---|---|---|---|\n", *nScale, procs, step, tailName(step))
 	var alive []*sandboxes.Sandbox
 	var window, cpuWindow, all []float64
 	var firstP50, lastP50, firstCPU, lastCPU float64
+	_, scanned := hostMemory()
 	for i := 1; i <= *nScale; i++ {
 		self0 := selfCPU()
 		t := time.Now()
 		sb, err := sandboxes.Create(ctx, cfg)
 		if err != nil {
-			fmt.Fprintf(rep, "| %d | failed: %v | | |\n", i, err)
+			fmt.Fprintf(rep, "| %d | failed: %v | | | | |\n", i, err)
 			break
 		}
 		ms := since(t)
@@ -436,7 +437,9 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 				firstP50, firstCPU = w.p50, c.p50
 			}
 			lastP50, lastCPU = w.p50, c.p50
-			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms |\n", i, w.p50, w.tail(), c.p50)
+			avail, sc := hostMemory()
+			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms | %.1f GiB | %d |\n", i, w.p50, w.tail(), c.p50, float64(avail)/(1<<30), sc-scanned)
+			scanned = sc
 			window, cpuWindow = nil, nil
 		}
 	}
@@ -447,7 +450,7 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 		_ = sb.Close()
 	}
 	if len(alive) > 0 {
-		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here); %d threads on the host, %d of them this benchmark's. Every thread on the host lengthens each new sandbox's `pivot_root` (the kernel walks them all: `chroot_fs_refs`), the part of the slope that grows with the sandboxes alive.\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)), hostThreads, selfThreads)
+		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here); %d threads on the host, %d of them this benchmark's. Every thread on the host lengthens each new sandbox's `pivot_root`: the kernel walks them all (`chroot_fs_refs`, about 0.1 µs each).\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)), hostThreads, selfThreads)
 	}
 	ents, _ := os.ReadDir(rt)
 	fmt.Fprintf(rep, "\n%d alive at the peak; the last tenth's create p50 is %.2f× the first's (goal ≤ 1.5×), its CPU per create %.2f× the first's; after closing them all, %d entries were left in the runtime directory.\n\n", len(alive), lastP50/max(firstP50, 1e-9), lastCPU/max(firstCPU, 1e-9), len(ents))
@@ -638,6 +641,28 @@ func sandboxThreads(rt string) (threads, procs int) {
 		}
 	}
 	return threads, procs
+}
+
+// hostMemory returns MemAvailable (bytes) and the pages the kernel's
+// reclaim has scanned since boot (the pgscan_* counters).
+func hostMemory() (avail int64, scanned int64) {
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for l := range strings.Lines(string(b)) {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				avail = kb << 10
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/vmstat"); err == nil {
+		for l := range strings.Lines(string(b)) {
+			if f := strings.Fields(l); len(f) == 2 && strings.HasPrefix(f[0], "pgscan_") {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				scanned += n
+			}
+		}
+	}
+	return avail, scanned
 }
 
 // selfCPU is this process's user and system CPU time so far, in ms.
