@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"golang.org/x/sys/unix"
 )
 
 // TestLocalScaleLeavesNothing: many sandboxes created at once (a small
@@ -52,6 +55,13 @@ func TestLocalScaleLeavesNothing(t *testing.T) {
 			t.Fatalf("sandbox %d: %v %v", i, ex, err)
 		}
 	}
+	// No thread of ours per sandbox: a supervisor is reaped through a
+	// pidfd on the poller, not by a thread blocked in wait for its whole
+	// life (a thousand sandboxes were a thousand threads here, and every
+	// thread on the host slows each new sandbox's pivot_root).
+	if w := threadsInWait(t); w >= n/2 {
+		t.Errorf("%d of this process's threads are blocked in wait4/waitid with %d sandboxes alive: a thread per sandbox", w, n)
+	}
 	if l, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); err != nil || len(l) != n {
 		t.Fatalf("List: %d sandboxes, %v; want %d", len(l), err, n)
 	}
@@ -83,4 +93,80 @@ func TestLocalScaleLeavesNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// threadsInWait counts this process's threads blocked in wait4 or waitid.
+func threadsInWait(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall")
+		if err != nil {
+			continue // gone, or not readable (then nothing is counted: the check can't pass by accident below)
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 0 && (f[0] == strconv.Itoa(unix.SYS_WAIT4) || f[0] == strconv.Itoa(unix.SYS_WAITID)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLocalSupervisorReaped: a supervisor that dies while its creator runs
+// is reaped (it doesn't stay a zombie of ours), though no thread waits for
+// it.
+func TestLocalSupervisorReaped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt := poolRuntimeDir(t)
+	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	sb, err := sandboxes.Create(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	recs := poolRecords(t, rt)
+	if len(recs) != 1 || recs[0].ShimPid <= 0 {
+		t.Fatalf("records %+v", recs)
+	}
+	pid := recs[0].ShimPid
+	if st, ppid := procState(pid); st == "" || st == "Z" || ppid != os.Getpid() {
+		t.Fatalf("supervisor %d: state %q, parent %d before the kill (we are %d)", pid, st, ppid, os.Getpid())
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// A zombie keeps its /proc entry (state Z) until its parent reaps it.
+	// (Once reaped its pid may be reused, by a process that isn't our child.)
+	waitFor(t, fmt.Sprintf("supervisor %d reaped", pid), func() bool {
+		st, ppid := procState(pid)
+		return st == "" || ppid != os.Getpid()
+	})
+}
+
+// procState is the state letter and parent of pid ("" when there is no
+// such process).
+func procState(pid int) (string, int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return "", 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return f[0], ppid
 }

@@ -395,7 +395,7 @@ func startShim(ctx context.Context, exe string, ss shimSpec) error {
 		return fmt.Errorf("start sandbox supervisor: %w", err)
 	}
 	readyW.Close()
-	go func() { _ = cmd.Wait() }()
+	reapLater(cmd)
 	if ss.Restore && ss.Image == "" {
 		return waitRestore(ctx, cmd.Process.Pid, ss, readyR)
 	}

@@ -214,7 +214,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	}
 	readyW.Close()
 	// The shim outlives us; reap it if it dies while we still run.
-	go func() { _ = cmd.Wait() }()
+	reapLater(cmd)
 
 	trace.Mark("create: supervisor started")
 	rep, err := readReport(ctx, readyR)
