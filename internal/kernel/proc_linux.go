@@ -3,9 +3,12 @@
 package kernel
 
 import (
+	"errors"
 	"os"
 	"strconv"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // setDeathSignal makes the kernel die with the Go process that started it, so
@@ -40,4 +43,23 @@ func reopenWriteEnds(out, err *os.File) [2]int {
 		fds[i] = fd
 	}
 	return fds
+}
+
+// processGone reports whether pid, a child of ours, has exited: a zombie,
+// or reaped already (ECHILD). Every execution asks (Session.kernel), so it
+// is one waitid that reaps nothing (WNOWAIT), not a read of /proc/PID/stat
+// (an open, a read and a close through os.File: about ten system calls).
+func processGone(pid int) bool {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return errors.Is(err, unix.ECHILD)
+		}
+		// Without a child to report, WNOHANG leaves the zeroed info as it is.
+		return info.Signo == int32(unix.SIGCHLD)
+	}
 }

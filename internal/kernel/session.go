@@ -18,8 +18,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // Sentinel errors, matchable with errors.Is.
@@ -780,10 +778,4 @@ func validName(name string) bool {
 		}
 	}
 	return true
-}
-
-// processGone reports whether pid has exited: reaped already, or a zombie.
-func processGone(pid int) bool {
-	st, ok := procstat.Read(pid)
-	return !ok || st.State == 'Z' || st.State == 'X'
 }
