@@ -355,6 +355,35 @@ func (k *kproc) write(b []byte) {
 	k.cmdW.Write(b)
 }
 
+// send sends a command without waiting for the kernel to read it: a short
+// one (most cells) in one non-blocking write from here, so the kernel wakes
+// before we set up the wait for its answer; a longer one, or one the pipe
+// can't take now, from a goroutine of its own (a kernel that doesn't read
+// must not hold the caller, whose wait honours its context).
+func (k *kproc) send(b []byte) {
+	if len(b) <= pipeAtomic && k.writeMu.TryLock() {
+		sent := false
+		if rc, err := k.cmdW.SyscallConn(); err == nil {
+			// Returning true: one attempt, never a wait for room. Up to
+			// PIPE_BUF bytes go in whole or not at all.
+			_ = rc.Write(func(fd uintptr) bool {
+				n, err := syscall.Write(int(fd), b)
+				sent = err == nil && n == len(b)
+				return true
+			})
+		}
+		k.writeMu.Unlock()
+		if sent {
+			return
+		}
+	}
+	go k.write(b)
+}
+
+// pipeAtomic is PIPE_BUF on Linux: a write of at most this many bytes to a
+// pipe is never split.
+const pipeAtomic = 4096
+
 // frameGoMarks in a frame's mask: the kernel wrote no sync markers for it
 // and tagged it with a fresh epoch; we write markers with that epoch to both
 // pipes when we read the frame. The pipes are FIFOs, so what the kernel and
