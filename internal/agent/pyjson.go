@@ -12,6 +12,16 @@ import (
 // Python program, and a few clients in the wild compare lines such as
 // {"type": "end_of_execution"} byte for byte, so we match its spelling.
 func pyJSON(v any) ([]byte, error) {
+	if o, ok := v.(ordered); ok {
+		// Every line the agent writes: its own MarshalJSON output is
+		// compact JSON already, which an Encoder would only scan and copy
+		// once more.
+		b, err := o.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		return pythonize(b), nil
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -32,18 +42,24 @@ type kv struct {
 }
 
 func (o ordered) MarshalJSON() ([]byte, error) {
-	var buf bytes.Buffer
+	var buf, vb bytes.Buffer
+	enc := json.NewEncoder(&vb)
+	enc.SetEscapeHTML(false)
 	buf.WriteByte('{')
 	for i, p := range o {
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		k, _ := json.Marshal(p.k)
-		buf.Write(k)
+		if plainKey(p.k) {
+			buf.WriteByte('"')
+			buf.WriteString(p.k)
+			buf.WriteByte('"')
+		} else {
+			k, _ := json.Marshal(p.k)
+			buf.Write(k)
+		}
 		buf.WriteByte(':')
-		var vb bytes.Buffer
-		enc := json.NewEncoder(&vb)
-		enc.SetEscapeHTML(false)
+		vb.Reset()
 		if err := enc.Encode(p.v); err != nil {
 			return nil, err
 		}
@@ -51,6 +67,17 @@ func (o ordered) MarshalJSON() ([]byte, error) {
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
+}
+
+// plainKey: a key JSON spells as itself between quotes (our own keys,
+// "type", "execution_count"...).
+func plainKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // pythonize rewrites compact JSON: a space after every ',' and ':' outside

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -496,5 +497,41 @@ func TestCloseDuringExecute(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Execute did not return after Close")
+	}
+}
+
+// TestRepeatedCellCompiledOnce: a cell run again reuses its compiled code
+// (kernel.py's _CODE_CACHE) and must behave as a fresh compile: its own
+// file name in frames and tracebacks (nested functions too), state read at
+// run time, and a cell that failed to compile fails again.
+func TestRepeatedCellCompiledOnce(t *testing.T) {
+	s := newTestSession(t)
+	exec1(t, s, "n = 0")
+	const cell = "import sys\nn += 1\ndef f():\n    return sys._getframe().f_code.co_filename\n(n, sys._getframe().f_code.co_filename, f())"
+	for i := 2; i <= 4; i++ {
+		r := exec1(t, s, cell)
+		want := fmt.Sprintf("(%d, '<cell-%d>', '<cell-%d>')", i-1, i, i)
+		if m := r.main(); m == nil || str(t, m.Data["text/plain"]) != want {
+			t.Fatalf("run %d: %+v, want %s", i, r.events, want)
+		}
+	}
+	const boom = "def g():\n    return 1 / 0\ng()"
+	var tbs []string
+	for range 2 {
+		r := exec1(t, s, boom)
+		if errs := r.errors(); len(errs) != 1 || errs[0].Name != "ZeroDivisionError" {
+			t.Fatalf("%+v", r.events)
+		} else {
+			tbs = append(tbs, errs[0].Traceback)
+		}
+	}
+	if tbs[0] == tbs[1] || !strings.Contains(tbs[1], "return 1 / 0") {
+		t.Fatalf("the second run's traceback is not its own:\n%s\n---\n%s", tbs[0], tbs[1])
+	}
+	for range 2 {
+		r := exec1(t, s, "return 5")
+		if errs := r.errors(); len(errs) != 1 || errs[0].Name != "SyntaxError" {
+			t.Fatalf("return outside a function: %+v", r.events)
+		}
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,4 +156,35 @@ func TestRepeatedKernelDeathsNeverHang(t *testing.T) {
 			t.Errorf("session did not recover: %+v", r.events)
 		}
 	})
+}
+
+// TestProcessGone: the check every execution makes of its kernel (one
+// waitid that reaps nothing): alive is not gone; killed, it is gone while
+// still a zombie (nobody waited yet) and after it was reaped, and the
+// check did not reap it (Wait still collects the status).
+func TestProcessGone(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if processGone(pid) {
+		t.Fatal("a running child reported gone")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !processGone(pid); i++ {
+		if i == 1000 {
+			t.Fatal("a killed child never reported gone")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != -1 {
+		t.Fatalf("Wait after the check: %v (the check must not reap)", err)
+	}
+	if !processGone(pid) {
+		t.Fatal("a reaped child reported alive")
+	}
 }

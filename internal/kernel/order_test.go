@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -129,5 +130,46 @@ A()`)
 		if got := strings.Join(seq, ","); got != "before,child,in repr,result A!" {
 			t.Fatalf("events %s", got)
 		}
+	}
+}
+
+// TestFinalFrameMarkedByGo: the kernel writes no sync markers for a cell's
+// final frame (done, or the main result sent with it); the pump writes them
+// itself on reading the frame (frameGoMarks). Output the kernel can't see
+// (fd-level writes, a child's) right before the end must still be in the
+// execution, not lost after done: each cell ends in such writes on both
+// streams, with and without a main result, and once with more than the
+// pipe holds, so that the pump finds the pipe full and writes its marker
+// only once the reader made room. A reply frame (GetVariable) is final too.
+func TestFinalFrameMarkedByGo(t *testing.T) {
+	s := newTestSession(t)
+	r := exec1(t, s, "import sys\n[sys.modules[m]._st.go_marks for m in sys.modules if m.startswith('"+kernelModule+"')]")
+	if m := r.main(); m == nil || str(t, m.Data["text/plain"]) != "[True]" {
+		t.Fatalf("the kernel does not leave the final markers to Go: %+v", r.events)
+	}
+	for i := range 60 {
+		tail := ""
+		if i%2 == 1 {
+			tail = "\n42"
+		}
+		r := exec1(t, s, fmt.Sprintf("import os\nos.write(1, b'o%d')\nos.write(2, b'e%d')\n_ = os.system('printf c%d')%s", i, i, i, tail))
+		if got, want := r.stdout(), fmt.Sprintf("o%dc%d", i, i); got != want {
+			t.Fatalf("cell %d: stdout %q, want %q (events %+v)", i, got, want, r.events)
+		}
+		if got, want := r.stderr(), fmt.Sprintf("e%d", i); got != want {
+			t.Fatalf("cell %d: stderr %q, want %q", i, got, want)
+		}
+		if (i%2 == 1) != (r.main() != nil) {
+			t.Fatalf("cell %d: main result %v", i, r.main())
+		}
+	}
+	const big = 3 * pipeSize
+	r = exec1(t, s, fmt.Sprintf("import os\nb = b'x' * %d\nn = 0\nwhile n < len(b): n += os.write(1, b[n:])\nos.write(2, b'end')", big))
+	if n := len(r.stdout()); n != big || r.stderr() != "end" {
+		t.Fatalf("full pipe: %d bytes of stdout, want %d; stderr %q", n, big, r.stderr())
+	}
+	exec1(t, s, "import os\nv = 7\nos.write(1, b'before get')")
+	if v, _, err := s.GetVariable(context.Background(), "v"); err != nil || string(v) != "7" {
+		t.Fatalf("GetVariable: %s %v", v, err)
 	}
 }

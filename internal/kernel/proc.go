@@ -105,6 +105,11 @@ type kproc struct {
 	evtR  *os.File
 	token []byte
 	count int // executions run in this process
+	// markW are our own write ends of the stdout and stderr pipes (-1:
+	// none), opened non-blocking, on which the pump writes the sync markers
+	// of a command's final frame itself (frameGoMarks): the kernel then
+	// needs two writes fewer per cell, and we no wake-ups for them.
+	markW [2]int
 
 	writeMu sync.Mutex // serialises command writes
 
@@ -271,6 +276,16 @@ func startKernel(o *Options) (*kproc, error) {
 	for _, f := range []*os.File{outW, errW, evtW} {
 		setPipeSize(f)
 	}
+	// After setPipeSize: the child's ends must stay blocking, and these
+	// are open file descriptions of their own, non-blocking.
+	markW := reopenWriteEnds(outW, errW)
+	closeMarkW := func() {
+		for _, fd := range markW {
+			if fd >= 0 {
+				syscall.Close(fd)
+			}
+		}
+	}
 	attr := &syscall.SysProcAttr{}
 	if o.SysProcAttr != nil {
 		a := *o.SysProcAttr
@@ -292,6 +307,7 @@ func startKernel(o *Options) (*kproc, error) {
 	}
 	if err := cmd.Start(); err != nil {
 		closeAll()
+		closeMarkW()
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrPythonNotFound, python, err)
 		}
@@ -305,11 +321,15 @@ func startKernel(o *Options) (*kproc, error) {
 	cmdR.Close()
 	evtW.Close()
 	k := &kproc{
-		cmd: cmd, pid: cmd.Process.Pid, cmdW: cmdW, outR: outR, errR: errR, evtR: evtR, token: token,
+		cmd: cmd, pid: cmd.Process.Pid, cmdW: cmdW, outR: outR, errR: errR, evtR: evtR, token: token, markW: markW,
 		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
 	}
+	goMarks := "0"
+	if k.marksFinal() {
+		goMarks = "1"
+	}
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
-	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language())))
+	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language()), []byte(goMarks)))
 	go func() {
 		k.waitErr = cmd.Wait()
 		close(k.exited)
@@ -333,6 +353,83 @@ func (k *kproc) write(b []byte) {
 	k.writeMu.Lock()
 	defer k.writeMu.Unlock()
 	k.cmdW.Write(b)
+}
+
+// send sends a command without waiting for the kernel to read it: a short
+// one (most cells) in one non-blocking write from here, so the kernel wakes
+// before we set up the wait for its answer; a longer one, or one the pipe
+// can't take now, from a goroutine of its own (a kernel that doesn't read
+// must not hold the caller, whose wait honours its context).
+func (k *kproc) send(b []byte) {
+	if len(b) <= pipeAtomic && k.writeMu.TryLock() {
+		sent := false
+		if rc, err := k.cmdW.SyscallConn(); err == nil {
+			// Returning true: one attempt, never a wait for room. Up to
+			// PIPE_BUF bytes go in whole or not at all.
+			_ = rc.Write(func(fd uintptr) bool {
+				n, err := syscall.Write(int(fd), b)
+				sent = err == nil && n == len(b)
+				return true
+			})
+		}
+		k.writeMu.Unlock()
+		if sent {
+			return
+		}
+	}
+	go k.write(b)
+}
+
+// pipeAtomic is PIPE_BUF on Linux: a write of at most this many bytes to a
+// pipe is never split.
+const pipeAtomic = 4096
+
+// frameGoMarks in a frame's mask: the kernel wrote no sync markers for it
+// and tagged it with a fresh epoch; we write markers with that epoch to both
+// pipes when we read the frame. The pipes are FIFOs, so what the kernel and
+// its children wrote to them before the frame comes before our markers,
+// exactly as before the kernel's own. The kernel uses it only for a
+// command's final frame (done, a main result sent with done, reply), which
+// no output of the command follows, and only when hello offered it.
+const frameGoMarks = 4
+
+// marksFinal reports whether this kernel has our write ends of its pipes.
+func (k *kproc) marksFinal() bool { return k.markW[0] >= 0 && k.markW[1] >= 0 }
+
+// writeMarker writes the sync marker of epoch to pipe i (0 stdout, 1
+// stderr) without blocking; false: the pipe is full, try again later. A
+// marker is shorter than PIPE_BUF, so it goes in whole or not at all.
+func (k *kproc) writeMarker(i int, epoch uint64) bool {
+	fd := k.markW[i]
+	if fd < 0 {
+		return true
+	}
+	m := make([]byte, 0, 2+len(k.token)+maxEpochLen+1)
+	m = append(append(append(m, markStart), k.token...), ':')
+	m = append(strconv.AppendUint(m, epoch, 10), markEnd)
+	for {
+		_, err := syscall.Write(fd, m)
+		switch err {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		// Written, or a pipe that can't take it any more: the pipe's EOF or
+		// markerWait ends the wait then.
+		return true
+	}
+}
+
+// closeMarkers closes our write ends of the output pipes (the pump, once
+// the kernel's event channel ended).
+func (k *kproc) closeMarkers() {
+	for i, fd := range k.markW {
+		if fd >= 0 {
+			syscall.Close(fd)
+			k.markW[i] = -1
+		}
+	}
 }
 
 // signal sends sig to the kernel's whole process group.
@@ -514,12 +611,22 @@ func (k *kproc) pump(outCh, errCh <-chan pipeItem, frCh <-chan frameItem) {
 	idle := time.NewTimer(time.Hour)
 	idle.Stop()
 	waiting := false
+	var marked [2]bool // our own markers for the pending frame are written
 
 	satisfied := func(i int) bool {
 		return eof[i] || pending.M&(1<<i) == 0 || epoch[i] >= pending.E
 	}
 loop:
 	for {
+		if pending != nil && pending.M&frameGoMarks != 0 {
+			// A pipe too full for the marker gets it once its reader made
+			// room (this runs again after each pipe item).
+			for i := range marked {
+				if !marked[i] && !satisfied(i) {
+					marked[i] = k.writeMarker(i, pending.E)
+				}
+			}
+		}
 		if pending != nil && satisfied(0) && satisfied(1) {
 			if pending.E > processed {
 				processed = pending.E
@@ -578,6 +685,14 @@ loop:
 				break loop
 			default:
 				pending = fi.f
+				if pending.M&frameGoMarks != 0 {
+					if k.marksFinal() {
+						pending.M |= 3 // both pipes, marked by us
+						marked = [2]bool{}
+					} else {
+						pending.M &^= frameGoMarks // we never offered: no meaning
+					}
+				}
 			}
 		case <-idle.C:
 			// The marker never came: stop waiting for it (see markerWait).
@@ -590,6 +705,8 @@ loop:
 		}
 	}
 	idle.Stop()
+	// Our write ends would keep the pipes from ever reaching EOF.
+	k.closeMarkers()
 
 	// The event channel is gone: the kernel exited, or broke the protocol and
 	// must be killed. Either way its process group goes too (no orphans), and

@@ -5,8 +5,18 @@ package kernel
 import (
 	"os"
 	"syscall"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 func setDeathSignal(*syscall.SysProcAttr) {}
 
 func setPipeSize(*os.File) {}
+
+func reopenWriteEnds(*os.File, *os.File) [2]int { return [2]int{-1, -1} }
+
+// processGone reports whether pid has exited: reaped already, or a zombie.
+func processGone(pid int) bool {
+	st, ok := procstat.Read(pid)
+	return !ok || st.State == 'Z' || st.State == 'X'
+}

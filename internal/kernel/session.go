@@ -18,8 +18,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // Sentinel errors, matchable with errors.Is.
@@ -422,7 +420,7 @@ func (s *Session) Execute(ctx context.Context, req Request, emit func(Event)) (O
 		s.started = false
 		s.imu.Unlock()
 		s.running.Store(k)
-		go k.write(encodeCommand(fields...))
+		k.send(encodeCommand(fields...))
 
 		w = &waiter{s: s, k: k, sk: sk, id: id, emit: emit, maxOut: s.opts.maxOutput(), timeout: req.Timeout, exec: true, intrC: req.Interrupt}
 		res = w.wait(ctx)
@@ -658,7 +656,7 @@ func (s *Session) roundTrip(ctx context.Context, k *kproc, fields ...[]byte) (*w
 	fields[1] = []byte(strconv.FormatUint(id, 10))
 	sk := k.attach()
 	defer k.detach(sk)
-	go k.write(encodeCommand(fields...))
+	k.send(encodeCommand(fields...))
 	w := &waiter{s: s, k: k, sk: sk, id: id, emit: func(Event) {}, maxOut: 0}
 	res := w.wait(ctx)
 	switch {
@@ -780,10 +778,4 @@ func validName(name string) bool {
 		}
 	}
 	return true
-}
-
-// processGone reports whether pid has exited: reaped already, or a zombie.
-func processGone(pid int) bool {
-	st, ok := procstat.Read(pid)
-	return !ok || st.State == 'Z' || st.State == 'X'
 }
