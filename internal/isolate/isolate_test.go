@@ -27,6 +27,7 @@ import (
 // The test binary doubles as the sandbox init: TestMain detects the child,
 // calls Child and runs the mode named in ISOLATE_TEST_MODE.
 func TestMain(m *testing.M) {
+	testMainEarly()
 	if IsSudo() {
 		os.Exit(Sudo())
 	}
