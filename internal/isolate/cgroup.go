@@ -41,9 +41,12 @@ const cgroupGroupName = "code-sandboxes"
 
 // cgroupFS is where our own cgroup lives in each usable hierarchy.
 type cgroupFS struct {
-	v1     map[string]string // v1 controller -> directory of our own cgroup in it
-	v2     string            // v2: directory of our own cgroup ("" if no usable v2)
-	v2Root string            // v2 mount point
+	v1 map[string]string // v1 controller -> directory of our own cgroup in it
+	// v1CPUAcct: cpuacct shares the cpu controller's hierarchy, so that
+	// a cpu cgroup also counts the sandbox's CPU time (Usage reads it).
+	v1CPUAcct bool
+	v2        string // v2: directory of our own cgroup ("" if no usable v2)
+	v2Root    string // v2 mount point
 }
 
 // detectCgroups reads /proc/self/mountinfo and /proc/self/cgroup.
@@ -98,10 +101,14 @@ func detectCgroups() (cgroupFS, error) {
 		}
 		switch fstype {
 		case "cgroup":
-			for _, opt := range strings.Split(f[sep+3], ",") {
+			opts := strings.Split(f[sep+3], ",")
+			for _, opt := range opts {
 				if p, ok := own[opt]; ok && (opt == "memory" || opt == "cpu" || opt == "pids") {
 					if _, dup := c.v1[opt]; !dup {
 						c.v1[opt] = rel(p)
+						if opt == "cpu" {
+							c.v1CPUAcct = contains(opts, "cpuacct")
+						}
 					}
 				}
 			}
@@ -149,7 +156,7 @@ func newCgroup(fsys cgroupFS, ferr error, id string, l limits) (*cgroup, error) 
 	// v1 controllers win: on hybrid systems (like our build machines) the
 	// controllers are bound to v1 and the v2 mount is empty.
 	if len(fsys.v1) > 0 {
-		return newCgroupV1(id, l, fsys.v1)
+		return newCgroupV1(id, l, fsys.v1, fsys.v1CPUAcct)
 	}
 	if fsys.v2 != "" {
 		return newCgroupV2(id, l, fsys.v2, fsys.v2Root)
@@ -163,7 +170,13 @@ func newCgroup(fsys cgroupFS, ferr error, id string, l limits) (*cgroup, error) 
 // newCgroupV1 creates <own cgroup>/code-sandboxes/<id> in the memory, cpu and
 // pids hierarchies. Nesting under our own cgroup (rather than the hierarchy
 // root) keeps the sandbox inside whatever limits apply to its creator.
-func newCgroupV1(id string, l limits, own map[string]string) (_ *cgroup, err error) {
+//
+// The cpu one only with a CPU limit or when it also counts CPU time
+// (cpuAcct: cpuacct mounted with cpu, as systemd does): otherwise it would
+// do nothing, and moving a running thread into a new cpu cgroup costs the
+// start up to milliseconds on a busy host (the thread loses the CPU and
+// queues again under the new group).
+func newCgroupV1(id string, l limits, own map[string]string, cpuAcct bool) (_ *cgroup, err error) {
 	// cg is not the named result: "return nil, err" must not hide it from
 	// the deferred cleanup.
 	cg := &cgroup{ctrl: map[string]string{}}
@@ -175,6 +188,9 @@ func newCgroupV1(id string, l limits, own map[string]string) (_ *cgroup, err err
 	want := map[string]bool{"memory": l.memory > 0, "cpu": l.cpus > 0, "pids": l.pids > 0}
 	for _, ctl := range []string{"memory", "cpu", "pids"} {
 		base, ok := own[ctl]
+		if ctl == "cpu" && !want[ctl] && !cpuAcct {
+			continue
+		}
 		if !ok {
 			if want[ctl] {
 				return nil, fmt.Errorf("cgroup v1: a %s limit was requested but the %s controller is not mounted", ctl, ctl)
