@@ -696,18 +696,6 @@ func TestStartErrors(t *testing.T) {
 	t.Log(err)
 }
 
-func TestSeccompPolicyAssembles(t *testing.T) {
-	p, _, err := buildSeccompPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	insts, err := p.Assemble()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d BPF instructions", len(insts))
-}
-
 func atoi(s string) int { n, _ := strconv.Atoi(strings.TrimSpace(s)); return n }
 
 func TestConcurrentSandboxes(t *testing.T) {
