@@ -3,6 +3,7 @@ package sandboxes
 import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/local/envstore"
 )
 
 func init() {
@@ -10,6 +11,7 @@ func init() {
 	// agent and supervisor: when re-executed in one of those roles, it runs
 	// that role here and exits, before the program's main.
 	local.Main()
+	local.UseEnvironmentStore(envstore.Store{})
 	driver.Register(local.Variant{})
 }
 

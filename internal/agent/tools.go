@@ -64,7 +64,8 @@ const (
 
 // ToolNamePattern is what a tool name must match: a Python identifier that
 // doesn't start with "_" (the module's own names do), at most 64 bytes.
-var ToolNamePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+// Compiled on first use, not at the start of every sandbox process.
+var ToolNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`) })
 
 // pythonReserved are names a tool can't take: Python keywords (not callable
 // as tools.<name>) and the names the tools module defines itself.
@@ -82,7 +83,7 @@ var ErrToolName = errors.New("invalid tool name")
 
 // CheckToolName says why name can't be a tool's name, or nil.
 func CheckToolName(name string) error {
-	if !ToolNamePattern.MatchString(name) {
+	if !ToolNamePattern().MatchString(name) {
 		return fmt.Errorf("%w %q: use a Python identifier of at most 64 characters that starts with a letter (letters, digits, _)", ErrToolName, name)
 	}
 	if pythonReserved[name] {

@@ -67,3 +67,36 @@ func TestUnescapeMount(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestCgroupV1CPUOnlyWhenUseful: on v1 the sandbox gets a cpu cgroup only
+// with a CPU limit or when cpuacct shares the hierarchy (Usage reads its
+// CPU time there); otherwise it would only cost the start a move (fake
+// tree: plain directories).
+func TestCgroupV1CPUOnlyWhenUseful(t *testing.T) {
+	for _, c := range []struct {
+		l       limits
+		cpuAcct bool
+		want    bool
+	}{{limits{memory: 1 << 30, pids: 10}, false, false}, {limits{memory: 1 << 30, cpus: 1}, false, true}, {limits{pids: 10}, true, true}} {
+		root := t.TempDir()
+		own := map[string]string{}
+		for _, ctl := range []string{"memory", "cpu", "pids"} {
+			own[ctl] = filepath.Join(root, ctl)
+			if err := os.Mkdir(own[ctl], 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cg, err := newCgroupV1("abc", c.l, own, c.cpuAcct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, got := cg.ctrl["cpu"]
+		_, statErr := os.Stat(filepath.Join(own["cpu"], cgroupGroupName, "abc"))
+		if got != c.want || (statErr == nil) != c.want {
+			t.Errorf("%+v cpuacct %v: cpu cgroup %v (dir: %v), want %v", c.l, c.cpuAcct, got, statErr, c.want)
+		}
+		if _, ok := cg.ctrl["memory"]; !ok {
+			t.Errorf("%+v: no memory cgroup", c.l)
+		}
+	}
+}

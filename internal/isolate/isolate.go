@@ -23,9 +23,12 @@
 //  1. Start opens the binary, creates the cgroup (v1 or v2, detected) and
 //     clones it into new user, mount, pid, ipc, uts (and net unless
 //     Network=="all") namespaces with all capabilities kept as ambient
-//     capabilities so that they survive the execve of a non-root uid.
-//  2. Stage 1 of Child() blocks on a sync socket until the parent has put it
-//     into its cgroup (and, with Spec.Rootfs, handed it the rootfs's fd),
+//     capabilities so that they survive the execve of a non-root uid. The
+//     clone is born in its cgroup (v2: CLONE_INTO_CGROUP; v1: from a
+//     thread moved there for the clone); on older kernels it is moved in
+//     before its release.
+//  2. Stage 1 of Child() blocks on a sync socket until the parent releases
+//     it (with Spec.Rootfs, handing it the rootfs's fd),
 //     then unshares the cgroup namespace (so the sandbox sees its own cgroup
 //     as "/"), builds a tmpfs root with read-only binds of the host's system
 //     directories (or of the entries of Spec.Rootfs), pivots into it, brings
@@ -207,7 +210,11 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	defer statW.Close()
 
 	trace.Mark("isolate: prepared")
-	cg, err := newCgroup(id, limits{memory: spec.MemoryBytes, cpus: spec.CPUs, pids: spec.Pids})
+	fsys, ferr := detectCgroups()
+	if testCgroups != nil {
+		fsys, ferr = *testCgroups, nil
+	}
+	cg, err := newCgroup(fsys, ferr, id, limits{memory: spec.MemoryBytes, cpus: spec.CPUs, pids: spec.Pids})
 	if err != nil {
 		return nil, fmt.Errorf("isolate: %w", err)
 	}
@@ -216,6 +223,27 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 			cg.remove()
 		}
 	}()
+	trace.Mark("isolate: cgroup created")
+	// The init is born in its cgroup, limits written: accounted and limited
+	// from its first instruction, with nothing to move after the clone.
+	// On v2 it is cloned into it (CLONE_INTO_CGROUP); on v1 the thread
+	// that clones is moved into it first (bornIn). Otherwise (kernels
+	// before 5.7 on v2 and 6.1 on v1, see there) it is moved in after
+	// the clone, while it waits for its release on the sync socket.
+	into := -1
+	var bornIn *threadCgroups
+	if cg != nil && cg.v2 {
+		if into, err = unix.Open(cg.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return nil, fmt.Errorf("isolate: open cgroup %s: %w", cg.dirs[0], err)
+		}
+		defer unix.Close(into)
+	} else if cg != nil && cheapThreadMove() {
+		bornIn = &threadCgroups{}
+		for ctl, d := range cg.ctrl {
+			bornIn.to = append(bornIn.to, d)
+			bornIn.back = append(bornIn.back, fsys.v1[ctl])
+		}
+	}
 
 	root := os.Geteuid() == 0
 	cfg.TUNByChild = spec.Network == NetworkTUN && !root
@@ -258,47 +286,64 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	for c := 0; c <= lastCap(); c++ {
 		ambient = append(ambient, uintptr(c))
 	}
-	cmd := &exec.Cmd{
-		Path:       fmt.Sprintf("/proc/self/fd/%d", cfg.ExeFD),
-		Args:       spec.Args,
-		Env:        append(append([]string(nil), spec.Env...), envKey+"="+string(cfgJSON)),
-		Stdout:     spec.Stdout,
-		Stderr:     spec.Stderr,
-		Dir:        "/",
-		ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), exe, syncR, statW),
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  flags,
-			UidMappings: uidMap,
-			GidMappings: gidMap,
-			// Unprivileged gid_map writes require setgroups to be denied;
-			// as root we allow it so the credential below can drop root's
-			// supplementary groups.
-			GidMappingsEnableSetgroups: root,
-			// As root the child's host uid 0 is unmapped in the new
-			// namespace; setuid/setgid turn it into 1000/100 (=
-			// RootModeHost*). Unprivileged it is 1000/100 already.
-			Credential:  &syscall.Credential{Uid: SandboxUID, Gid: SandboxGID, NoSetGroups: !root},
-			AmbientCaps: ambient,
-			// Own session: terminal signals for the caller's job must not
-			// reach the sandbox, which outlives its creator.
-			Setsid: true,
-		},
+	newCmd := func(into int) *exec.Cmd {
+		return &exec.Cmd{
+			Path:       fmt.Sprintf("/proc/self/fd/%d", cfg.ExeFD),
+			Args:       spec.Args,
+			Env:        append(append([]string(nil), spec.Env...), envKey+"="+string(cfgJSON)),
+			Stdout:     spec.Stdout,
+			Stderr:     spec.Stderr,
+			Dir:        "/",
+			ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), exe, syncR, statW),
+			SysProcAttr: &syscall.SysProcAttr{
+				Cloneflags:  flags,
+				UidMappings: uidMap,
+				GidMappings: gidMap,
+				// Unprivileged gid_map writes require setgroups to be denied;
+				// as root we allow it so the credential below can drop root's
+				// supplementary groups.
+				GidMappingsEnableSetgroups: root,
+				// As root the child's host uid 0 is unmapped in the new
+				// namespace; setuid/setgid turn it into 1000/100 (=
+				// RootModeHost*). Unprivileged it is 1000/100 already.
+				Credential:  &syscall.Credential{Uid: SandboxUID, Gid: SandboxGID, NoSetGroups: !root},
+				AmbientCaps: ambient,
+				// Own session: terminal signals for the caller's job must not
+				// reach the sandbox, which outlives its creator.
+				Setsid: true,
+				// A v2 cgroup to be born in (above).
+				UseCgroupFD: into >= 0,
+				CgroupFD:    into,
+			},
+		}
 	}
-	trace.Mark("isolate: cgroup created")
-	start := cmd.Start
+	cmd := newCmd(into)
+	owner := 0
 	if root {
 		// The sandbox's user namespace owned by its host uid, not root
 		// (owner.go: per-user counts charged to the owner).
-		start = func() error { return StartOwnedBy(cmd, hostUID) }
+		owner = hostUID
 	}
-	if err := start(); err != nil {
+	inCgroup, err := startOnThread(cmd, owner, bornIn)
+	if err != nil && into >= 0 && (errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.E2BIG) || errors.Is(err, unix.EINVAL)) {
+		// A kernel without clone3 (before 5.3) or CLONE_INTO_CGROUP
+		// (before 5.7): clone, then move the init in (below).
+		into = -1
+		cmd = newCmd(into)
+		inCgroup, err = startOnThread(cmd, owner, nil)
+	}
+	if err != nil {
 		if serr := CheckSupport(); serr != nil {
 			return nil, fmt.Errorf("isolate: start sandbox: %w (%v)", err, serr)
 		}
 		return nil, fmt.Errorf("isolate: start sandbox: %w", err)
 	}
+	inCgroup = inCgroup || into >= 0
 	trace.Mark("isolate: cloned")
 	p = &Process{Pid: cmd.Process.Pid, ID: id, cmd: cmd, cg: cg}
+	if testHookCloned != nil {
+		testHookCloned(p)
+	}
 	// With a root user the child binds the binary as sudo: the source of a
 	// bind must be opened in its own mount namespace (as the rootfs is).
 	exeInChild := -1
@@ -313,6 +358,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 			return nil, fmt.Errorf("isolate: root user: %w", err)
 		}
 		defer unix.Close(exeInChild)
+		trace.Mark("isolate: root user's binary reopened")
 	}
 	// The child's copies; closing ours makes EOF on statR mean "child gone".
 	syncR.Close()
@@ -328,10 +374,14 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		return nil, e
 	}
 
-	if cg != nil {
+	if cg != nil && !inCgroup {
 		if err := cg.add(p.Pid); err != nil {
 			return fail(fmt.Errorf("isolate: %w", err))
 		}
+		trace.Mark("isolate: added to cgroup")
+	}
+	if testHookRelease != nil {
+		testHookRelease(p)
 	}
 	// Only now may the child proceed: everything it does from here on is
 	// accounted and limited by its cgroup.
@@ -345,6 +395,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		}
 		fds = append(fds, fd)
 		defer unix.Close(fd)
+		trace.Mark("isolate: rootfs reopened")
 	}
 	if exeInChild >= 0 {
 		fds = append(fds, exeInChild)
@@ -427,6 +478,15 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		return nil, fmt.Errorf("isolate: sandbox init exited during setup (%v); %s", info, hint)
 	}
 }
+
+// Test hooks: testCgroups replaces the detected cgroup hierarchies;
+// testHookCloned runs right after the clone, testHookRelease right before
+// the release.
+var (
+	testCgroups     *cgroupFS
+	testHookRelease func(*Process)
+	testHookCloned  func(*Process)
+)
 
 func orDefault(v, d int64) int64 {
 	if v == 0 {

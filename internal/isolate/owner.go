@@ -2,7 +2,9 @@ package isolate
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"unsafe"
 
@@ -30,16 +32,114 @@ import (
 // parent writes the child's id maps, which needs CAP_SETUID and
 // CAP_SETGID), and the rest of the process stays as it was.
 func StartOwnedBy(cmd *exec.Cmd, owner int) error {
+	_, err := startOnThread(cmd, owner, nil)
+	return err
+}
+
+// threadCgroups are the cgroup v1 directories a thread moves into (to)
+// before it clones, and back into (back: the same controllers' cgroups of
+// this process) after.
+type threadCgroups struct {
+	to, back []string
+}
+
+// startOnThread runs cmd.Start on a thread of its own, locked, changed for
+// the start and ended afterwards:
+//   - with owner > 0 its effective uid becomes owner (StartOwnedBy);
+//   - with cgs it is moved into the cgroups cgs.to first, so that cmd's
+//     process is born in them: on cgroup v1 a child starts in the cgroups
+//     of the thread that forks it, and a thread can move alone. moved
+//     reports whether it was. It is moved back before this returns, so
+//     that nothing of this process is ever seen in them (a kill of every
+//     process in a sandbox's cgroup must not reach its supervisor).
+//
+// Never the main thread: Go keeps it (wedged) instead of ending it.
+func startOnThread(cmd *exec.Cmd, owner int, cgs *threadCgroups) (moved bool, err error) {
 	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Pdeathsig != 0 {
-		return fmt.Errorf("StartOwnedBy: Pdeathsig would fire at once (the starting thread ends)")
+		return false, fmt.Errorf("isolate: Pdeathsig would fire at once (the starting thread ends)")
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread exits with the goroutine.
+	type result struct {
+		moved bool
+		err   error
+	}
+	done := make(chan result, 1)
+	work := func() {
+		// Never unlocked: the thread ends with the goroutine.
 		runtime.LockOSThread()
-		errc <- startOwnedBy(cmd, owner)
+		moved, err := startChanged(cmd, owner, cgs)
+		done <- result{moved, err}
+	}
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			moved, err := startChanged(cmd, owner, cgs)
+			done <- result{moved, err}
+			return // locked: the thread ends
+		}
+		// The main thread: held here, no other goroutine can run on it,
+		// so the work goes to another thread; then it is given back,
+		// unchanged.
+		inner := make(chan struct{})
+		go func() {
+			defer close(inner)
+			work()
+		}()
+		<-inner
+		runtime.UnlockOSThread()
 	}()
-	return <-errc
+	r := <-done
+	return r.moved, r.err
+}
+
+// startChanged is startOnThread's work, on the thread it locked.
+func startChanged(cmd *exec.Cmd, owner int, cgs *threadCgroups) (moved bool, err error) {
+	var back []*os.File
+	defer func() {
+		for _, f := range back {
+			f.Close()
+		}
+	}()
+	if cgs != nil {
+		// Opened before any move and before the euid changes: a v1
+		// move is checked against the credentials of whoever opened
+		// the file.
+		for _, d := range cgs.back {
+			f, err := os.OpenFile(filepath.Join(d, "tasks"), os.O_WRONLY, 0)
+			if err != nil {
+				cgs = nil // the caller moves the child after its clone
+				break
+			}
+			back = append(back, f)
+		}
+	}
+	moveBack := func() {
+		// Best effort: the thread ends anyway, its cgroups with it.
+		for _, f := range back {
+			_, _ = f.Write([]byte("0"))
+		}
+	}
+	if cgs != nil {
+		moved = true
+		for _, d := range cgs.to {
+			// "0" is this thread: the kernel needs no process-wide
+			// lock for it (a move of any other task waits for an RCU
+			// grace period after a quiet spell).
+			if err := writeFile(d, "tasks", "0"); err != nil {
+				moveBack()
+				moved = false
+				break
+			}
+		}
+	}
+	if owner > 0 {
+		err = startOwnedBy(cmd, owner)
+	} else {
+		err = cmd.Start()
+	}
+	if moved {
+		moveBack()
+	}
+	return moved && err == nil, err
 }
 
 func startOwnedBy(cmd *exec.Cmd, owner int) error {

@@ -8,8 +8,6 @@ import (
 	"runtime"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
-	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -70,45 +68,32 @@ var enosysSyscalls = []string{"clone3", "io_uring_setup", "io_uring_enter", "io_
 const nsCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWUSER |
 	unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
-func buildSeccompPolicy() (*seccomp.Policy, *arch.Info, error) {
-	info, err := arch.GetInfo("")
-	if err != nil {
-		return nil, nil, err
+// seccompRuleSet is seccompasm.Rules, which this file can't name: on amd64
+// the library behind it is linked only into the tests.
+type seccompRuleSet struct {
+	Denied       []string
+	ENOSYS       []string
+	NSCloneFlags uint64
+	Personas     []uint64
+	Args         []bpf.Instruction
+}
+
+// seccompRules are the filter's rules, for seccompasm.Assemble: at run time
+// on architectures without a pre-assembled filter (seccomp_asm.go), and in
+// the test that writes and checks the amd64 one (zseccomp_amd64.go).
+func seccompRules() seccompRuleSet {
+	r := seccompRuleSet{
+		Denied:       deniedSyscalls,
+		ENOSYS:       enosysSyscalls,
+		NSCloneFlags: nsCloneFlags,
+		// personality: only the values Docker allows (PER_LINUX,
+		// PER_LINUX32, UNAME26 variants and the 0xffffffff query).
+		Personas: []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff},
 	}
-	known := func(names []string) []string {
-		var out []string
-		for _, n := range names {
-			if _, ok := info.SyscallNames[n]; ok {
-				out = append(out, n)
-			}
-		}
-		return out
+	for _, a := range argRules() {
+		r.Args = append(r.Args, a.assemble()...)
 	}
-	var conditional []seccomp.NameWithConditions
-	if _, ok := info.SyscallNames["clone"]; ok {
-		// clone's flags are argument 0 on x86-64 and arm64.
-		conditional = append(conditional, seccomp.NameWithConditions{Name: "clone",
-			Conditions: []seccomp.Condition{{Argument: 0, Operation: seccomp.BitsSet, Value: nsCloneFlags}}})
-	}
-	// personality: only the values Docker allows (PER_LINUX, PER_LINUX32,
-	// UNAME26 variants and the 0xffffffff query).
-	var persona []seccomp.Condition
-	for _, v := range []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff} {
-		persona = append(persona, seccomp.Condition{Argument: 0, Operation: seccomp.NotEqual, Value: v})
-	}
-	conditional = append(conditional,
-		seccomp.NameWithConditions{Name: "personality", Conditions: persona},
-	)
-	p := &seccomp.Policy{
-		DefaultAction: seccomp.ActionAllow,
-		Syscalls: []seccomp.SyscallGroup{
-			{Action: seccomp.ActionErrno, Names: known(deniedSyscalls), NamesWithCondtions: conditional},
-			// The library returns EPERM for plain ActionErrno; any other
-			// errno is encoded into the action's data bits.
-			{Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS), Names: known(enosysSyscalls)},
-		},
-	}
-	return p, info, nil
+	return r
 }
 
 // loadSeccomp installs the filter on the calling thread (stage 1 then execs,
@@ -137,33 +122,9 @@ func LoadSeccompAllThreads() error {
 }
 
 func installSeccomp(flags uintptr) error {
-	p, info, err := buildSeccompPolicy()
+	filter, err := seccompFilter()
 	if err != nil {
 		return fmt.Errorf("seccomp policy: %w", err)
-	}
-	insts, err := p.Assemble()
-	if err != nil {
-		return fmt.Errorf("seccomp policy: %w", err)
-	}
-	// The library's own arch check lets a foreign arch fall through to the
-	// default action (allow), which would let i386 syscalls bypass the
-	// denylist; kill such callers first.
-	prog := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_KILL_PROCESS},
-	}
-	for _, r := range argRules() {
-		prog = append(prog, r.assemble()...)
-	}
-	prog = append(prog, insts...)
-	raw, err := bpf.Assemble(prog)
-	if err != nil {
-		return fmt.Errorf("seccomp assemble: %w", err)
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	// With TSYNC a positive result is the id of a thread that could not be

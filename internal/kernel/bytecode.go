@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // A kernel's first start compiles kernel.py (about 2,000 lines: several
@@ -36,7 +37,10 @@ sys.stdout.buffer.write(sys.implementation.cache_tag.encode() + b"\n" + bytes(e.
 // writes (the kernel's .pyc is about 125 KiB).
 const maxBytecode = 4 << 20
 
-var tagRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+// Compiled on first use, as the package's other regexps: this package is
+// linked into every process of a sandbox, where a package-level regexp
+// is compiled at start (a counted repetition compiles to that many copies).
+var tagRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`) })
 
 // CompileBytecode compiles the kernel with python, returning Python's cache
 // tag and the .pyc's bytes.
@@ -50,7 +54,7 @@ func CompileBytecode(ctx context.Context, python string) (tag string, pyc []byte
 		return "", nil, fmt.Errorf("compiling the kernel with %s: %w: %s", python, err, strings.TrimSpace(stderr.String()))
 	}
 	t, b, ok := bytes.Cut(out.Bytes(), []byte("\n"))
-	if !ok || !tagRE.Match(t) || len(b) < 16 || len(b) > maxBytecode {
+	if !ok || !tagRE().Match(t) || len(b) < 16 || len(b) > maxBytecode {
 		return "", nil, errors.New("compiling the kernel: unexpected output")
 	}
 	return string(t), b, nil
@@ -76,17 +80,17 @@ func resolveScriptDir(dir string) string {
 // ScriptDir.
 func InstallBytecode(dir, tag string, pyc []byte) error {
 	dir = resolveScriptDir(dir)
-	if dir == "" || !tagRE.MatchString(tag) || len(pyc) > maxBytecode {
+	if dir == "" || !tagRE().MatchString(tag) || len(pyc) > maxBytecode {
 		return errors.New("kernel bytecode: bad directory, tag or size")
 	}
 	cache := filepath.Join(dir, "__pycache__")
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(dir, kernelModule+".py"), []byte(kernelSource)); err != nil {
+	if err := writeAtomic(filepath.Join(dir, kernelModule()+".py"), []byte(kernelSource)); err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(cache, kernelModule+"."+tag+".pyc"), pyc)
+	return writeAtomic(filepath.Join(cache, kernelModule()+"."+tag+".pyc"), pyc)
 }
 
 func writeAtomic(path string, b []byte) error {
@@ -111,4 +115,4 @@ func writeAtomic(path string, b []byte) error {
 }
 
 // Version names this build's kernel (its source's hash).
-func Version() string { return kernelModule }
+func Version() string { return kernelModule() }

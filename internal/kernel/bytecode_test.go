@@ -33,7 +33,7 @@ func TestInstalledBytecodeIsUsed(t *testing.T) {
 	if m := r.main(); m == nil {
 		t.Fatalf("no result: %+v", r.events)
 	}
-	cached := filepath.Join(dir, "__pycache__", kernelModule+"."+tag+".pyc")
+	cached := filepath.Join(dir, "__pycache__", kernelModule()+"."+tag+".pyc")
 	got, err := os.ReadFile(cached)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -21,7 +22,7 @@ var ErrLanguageUnavailable = errors.New("kernel: language unavailable")
 // output, errors, interrupt by SIGINT).
 var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript", "java": "java"}
 
-var nodeVersion = regexp.MustCompile(`^v(\d+)\.(\d+)`)
+var nodeVersion = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^v(\d+)\.(\d+)`) })
 
 // CheckLanguage reports whether a context of language can start here: its
 // interpreter is in the PATH of env (nil = the process's) and, for
@@ -60,7 +61,7 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 		return fmt.Errorf("%w: typescript: %s --version: %v", ErrLanguageUnavailable, path, err)
 	}
 	v := strings.TrimSpace(string(out))
-	m := nodeVersion.FindStringSubmatch(v)
+	m := nodeVersion().FindStringSubmatch(v)
 	if m == nil {
 		return fmt.Errorf("%w: typescript: unrecognised node version %q", ErrLanguageUnavailable, v)
 	}

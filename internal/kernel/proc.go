@@ -27,11 +27,13 @@ import (
 var kernelSource string
 
 // kernelModule is the file name the kernel is imported as, keyed by content so
-// a new build never runs a stale cached copy.
-var kernelModule = func() string {
+// a new build never runs a stale cached copy. Computed on first use: the
+// hash (and the copy of 150 KiB) would otherwise be paid at the start of
+// every process that links this package, each of a sandbox's.
+var kernelModule = sync.OnceValue(func() string {
 	h := sha256.Sum256([]byte(kernelSource))
 	return "csbx_kernel_" + hex.EncodeToString(h[:8])
-}()
+})
 
 // pipeChunk bounds one read from an output pipe (and so one stdout/stderr event).
 const pipeChunk = 64 << 10
@@ -190,7 +192,7 @@ func kernelArgs(dir string) []string {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			p := filepath.Join(dir, kernelModule+".py")
+			p := filepath.Join(dir, kernelModule()+".py")
 			if b, err := os.ReadFile(p); err == nil && string(b) == kernelSource {
 				return nil
 			}
@@ -216,7 +218,7 @@ func kernelArgs(dir string) []string {
 		if v.(func() error)() == nil {
 			return []string{"-c", fmt.Sprintf(
 				"import sys;w=sys.dont_write_bytecode;sys.dont_write_bytecode=False;sys.path.insert(0,'%s');"+
-					"import %s as k;del sys.path[0];sys.dont_write_bytecode=w;del w;k._main()", dir, kernelModule)}
+					"import %s as k;del sys.path[0];sys.dont_write_bytecode=w;del w;k._main()", dir, kernelModule())}
 		}
 	}
 	return []string{"-c", kernelSource + "\n_main()\n"}

@@ -28,7 +28,8 @@ type Options struct {
 	// re-executed: cmd/code-sandboxes-sandbox built from the same source,
 	// which links only the local variant, so each of those processes starts
 	// faster and smaller than a program linking every variant would. It is
-	// asked for its protocol fingerprint (once per file) and a mismatch
+	// asked for its protocol fingerprint (once per file, remembered in the
+	// user's cache directory by the file's identity) and a mismatch
 	// fails Create with ErrInvalidConfig. "" = $CODE_SANDBOXES_SANDBOX_BINARY,
 	// else the one beside this program when it called
 	// UseSandboxBinaryBeside (the CLI and serve do), else this program.

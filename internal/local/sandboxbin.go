@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -31,7 +32,8 @@ import (
 //
 // The binary must speak this build's protocol (the supervisor's spec, the
 // agent's config, the record): it is asked for its fingerprint once per
-// process and binary, and a mismatch fails Create with what to do.
+// file (the answer kept in the caller's cache directory, keyed by the
+// file's identity), and a mismatch fails Create with what to do.
 const SandboxBinaryEnv = "CODE_SANDBOXES_SANDBOX_BINARY"
 
 // roleFingerprint: print protocolFingerprint and exit (sandboxBinary's check).
@@ -81,14 +83,30 @@ func describeType(b *strings.Builder, t reflect.Type, seen map[reflect.Type]bool
 // fingerprint.
 const fingerprintTimeout = 10 * time.Second
 
-// checkedBinary is a sandbox binary that reported our fingerprint, pinned
-// by its file's identity (a replaced or rebuilt binary is asked again).
+// checkedBinary is a sandbox binary that reported a fingerprint, pinned by
+// its file's identity: a replaced (another inode) or rewritten (mtime, and
+// the ctime nobody can set back) binary is asked again.
 type checkedBinary struct {
-	path      string
-	dev, ino  uint64
-	size      int64
-	mtime     time.Time
-	checkedOK bool
+	Path        string `json:"path"`
+	Dev         uint64 `json:"dev"`
+	Ino         uint64 `json:"ino"`
+	Size        int64  `json:"size"`
+	MtimeNs     int64  `json:"mtime_ns"`
+	CtimeNs     int64  `json:"ctime_ns"`
+	Fingerprint string `json:"fingerprint"`
+}
+
+// fingerprintCache is the file, in the caller's cache directory, that
+// remembers a sandbox binary that reported our fingerprint, by path and
+// identity: each run of the CLI is a new process, and asking the binary
+// costs it ~3 ms. "" when there is no cache directory.
+func fingerprintCache(path string) string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(path))
+	return filepath.Join(dir, "code-sandboxes", "sandbox-binary", hex.EncodeToString(sum[:12])+".json")
 }
 
 // SandboxBinaryName is cmd/code-sandboxes-sandbox's file name, the one
@@ -129,7 +147,8 @@ func UseSandboxBinaryBeside() {
 
 // sandboxBinary returns the binary a sandbox's processes run, once checked:
 // explicit (Options.SandboxBinary), else the one SandboxBinaryEnv names,
-// else UseSandboxBinaryBeside's, else this program.
+// else UseSandboxBinaryBeside's, else this program. A check is remembered
+// in this process and across processes (fingerprintCache).
 func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	p, source := explicit, "LocalConfig.SandboxBinary"
 	if p == "" {
@@ -154,11 +173,19 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	if !ok || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s=%q: %w: not a regular file", source, p, sberr.ErrInvalidConfig)
 	}
-	id := checkedBinary{path: p, dev: st.Dev, ino: st.Ino, size: fi.Size(), mtime: fi.ModTime(), checkedOK: true}
+	id := checkedBinary{Path: p, Dev: st.Dev, Ino: st.Ino, Size: fi.Size(), MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Fingerprint: protocolFingerprint()}
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
 	if sandboxBinSeen[p] == id {
 		return p, nil
+	}
+	cache := fingerprintCache(p)
+	if cache != "" {
+		var c checkedBinary
+		if records.Read(cache, &c) == nil && c == id {
+			sandboxBinSeen[p] = id
+			return p, nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
 	defer cancel()
@@ -177,6 +204,9 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 		clear(sandboxBinSeen)
 	}
 	sandboxBinSeen[p] = id
+	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o700) == nil {
+		_ = records.Write(cache, &id) // best effort: the next process asks again
+	}
 	return p, nil
 }
 

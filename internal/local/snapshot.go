@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
@@ -30,7 +31,9 @@ const (
 	specFile = "spec.json"
 )
 
-var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// snapshotName is what a snapshot's name must match; compiled on first
+// use, not at the start of every sandbox process.
+var snapshotName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`) })
 
 type snapshotMeta struct {
 	Name      string    `json:"name"`
@@ -40,7 +43,7 @@ type snapshotMeta struct {
 }
 
 func snapshotDir(name string) (string, error) {
-	if !snapshotName.MatchString(name) {
+	if !snapshotName().MatchString(name) {
 		return "", fmt.Errorf("%w: snapshot name %q: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", sberr.ErrInvalidConfig, name)
 	}
 	return filepath.Join(stateDir(), "snapshots", name), nil
@@ -159,7 +162,7 @@ func ListSnapshots() ([]SnapshotInfo, error) {
 	}
 	var out []SnapshotInfo
 	for _, e := range ents {
-		if !e.IsDir() || !snapshotName.MatchString(e.Name()) {
+		if !e.IsDir() || !snapshotName().MatchString(e.Name()) {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name(), snapshotMetaFile))
