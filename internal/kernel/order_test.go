@@ -143,7 +143,7 @@ A()`)
 // only once the reader made room. A reply frame (GetVariable) is final too.
 func TestFinalFrameMarkedByGo(t *testing.T) {
 	s := newTestSession(t)
-	r := exec1(t, s, "import sys\n[sys.modules[m]._st.go_marks for m in sys.modules if m.startswith('"+kernelModule+"')]")
+	r := exec1(t, s, "import sys\n[sys.modules[m]._st.go_marks for m in sys.modules if m.startswith('"+kernelModule()+"')]")
 	if m := r.main(); m == nil || str(t, m.Data["text/plain"]) != "[True]" {
 		t.Fatalf("the kernel does not leave the final markers to Go: %+v", r.events)
 	}
