@@ -97,7 +97,7 @@ type sink struct {
 
 // kproc is one running kernel process and the goroutines reading it.
 type kproc struct {
-	cmd   *exec.Cmd
+	proc  *os.Process
 	pid   int
 	cmdW  *os.File
 	outR  *os.File
@@ -217,8 +217,16 @@ func kernelArgs(dir string) []string {
 	return []string{"-c", kernelSource + "\n_main()\n"}
 }
 
-// startKernel starts a kernel process and the goroutines that read it.
-func startKernel(o *Options) (*kproc, error) {
+// spawned is a kernel process started and not yet spoken to: the parent's
+// ends of its pipes.
+type spawned struct {
+	proc                   *os.Process
+	outR, errR, cmdW, evtR *os.File
+}
+
+// spawn starts a kernel process with o (python resolved in o's PATH, cwd
+// checked) and closes the child's ends of its pipes here.
+func spawn(o *Options) (*spawned, error) {
 	python, err := resolvePython(o.Python, o.env())
 	if err != nil {
 		return nil, err
@@ -228,10 +236,6 @@ func startKernel(o *Options) (*kproc, error) {
 			return nil, fmt.Errorf("kernel: working directory %q is not a directory: %v", o.Cwd, err)
 		}
 	}
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := []byte(hex.EncodeToString(tok))
-
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -304,24 +308,53 @@ func startKernel(o *Options) (*kproc, error) {
 	errW.Close()
 	cmdR.Close()
 	evtW.Close()
+	return &spawned{proc: cmd.Process, outR: outR, errR: errR, cmdW: cmdW, evtR: evtR}, nil
+}
+
+// startKernel starts a kernel process (or takes o.Early's) and the
+// goroutines that read it.
+func startKernel(o *Options) (*kproc, error) {
+	sp := o.Early.take()
+	if sp == nil {
+		var err error
+		if sp, err = spawn(o); err != nil {
+			return nil, err
+		}
+	}
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	token := []byte(hex.EncodeToString(tok))
 	k := &kproc{
-		cmd: cmd, pid: cmd.Process.Pid, cmdW: cmdW, outR: outR, errR: errR, evtR: evtR, token: token,
+		proc: sp.proc, pid: sp.proc.Pid, cmdW: sp.cmdW, outR: sp.outR, errR: sp.errR, evtR: sp.evtR, token: token,
 		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
 	}
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
 	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language())))
 	go func() {
-		k.waitErr = cmd.Wait()
+		k.waitErr = wait(sp.proc)
 		close(k.exited)
 	}()
 	outCh := make(chan pipeItem, 8)
 	errCh := make(chan pipeItem, 8)
 	frCh := make(chan frameItem, 2)
-	go readPipe(outR, token, outCh)
-	go readPipe(errR, token, errCh)
-	go readFrames(evtR, o.maxEvent()+frameSlack, frCh)
+	go readPipe(sp.outR, token, outCh)
+	go readPipe(sp.errR, token, errCh)
+	go readFrames(sp.evtR, o.maxEvent()+frameSlack, frCh)
 	go k.pump(outCh, errCh, frCh)
 	return k, nil
+}
+
+// wait reaps p as exec.Cmd.Wait would: an *exec.ExitError unless it
+// exited with status 0.
+func wait(p *os.Process) error {
+	st, err := p.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return &exec.ExitError{ProcessState: st}
+	}
+	return nil
 }
 
 // frameSlack is room for JSON structure around an event of maxEvent bytes.
@@ -352,7 +385,7 @@ func (k *kproc) kill(why string) {
 	// it out of its own process group (os.setpgid into a child's group), and
 	// a kernel that outlives kill would leave the pump, and every wait on
 	// done, blocked forever.
-	k.cmd.Process.Kill()
+	k.proc.Kill()
 }
 
 // attach makes s the receiver of k's items. A kernel that has already died
