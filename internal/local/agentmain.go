@@ -106,9 +106,14 @@ func runAgent() int {
 		// listener's and config's fds, the bytecode's, the status and
 		// broker pipes, the trace file).
 		srv.StartPrewarm(context.Background())
-		// One P (SingleThreaded): let the prewarm's goroutine run up to
-		// the kernel's fork and exec now, not when this one next blocks.
-		runtime.Gosched()
+		if early == nil {
+			// One P (SingleThreaded): let the prewarm's goroutine run up
+			// to the kernel's fork and exec now, not when this one next
+			// blocks. (An adopted kernel is running already: its session
+			// only sends the hello, which the kernel reads once it has
+			// started, long after this.)
+			runtime.Gosched()
+		}
 		trace.Mark("agent: kernel start begun")
 	}
 	// After the kernel's start, which it would only delay (creating its
