@@ -38,7 +38,7 @@ func (e *Early) Pid() int {
 	if e.sp == nil {
 		return 0
 	}
-	return e.sp.proc.Pid
+	return e.sp.pid
 }
 
 // Files are the parent's ends of the kernel's pipes, in AdoptEarly's
@@ -91,12 +91,14 @@ func AdoptEarly(pid int, fds [4]int) (*Early, error) {
 			return nil, fmt.Errorf("kernel: early kernel: fd %d: %w", fd, err)
 		}
 	}
-	p, err := os.FindProcess(pid)
+	// Not os.FindProcess: its first call forks a child to probe pidfd
+	// support, on the agent's start path.
+	p, err := adoptProc(pid)
 	if err != nil {
 		return nil, fmt.Errorf("kernel: early kernel: %w", err)
 	}
 	return &Early{sp: &spawned{
-		proc: p,
+		proc: p, pid: pid,
 		outR: os.NewFile(uintptr(fds[0]), "kernel stdout"),
 		errR: os.NewFile(uintptr(fds[1]), "kernel stderr"),
 		cmdW: os.NewFile(uintptr(fds[2]), "kernel commands"),
@@ -107,8 +109,8 @@ func AdoptEarly(pid int, fds [4]int) (*Early, error) {
 // Close kills and reaps the kernel if no session took it.
 func (e *Early) Close() {
 	if sp := e.take(); sp != nil {
-		sp.proc.Kill()
-		sp.proc.Wait()
+		sp.proc.kill()
+		sp.proc.wait()
 		for _, f := range []*os.File{sp.outR, sp.errR, sp.cmdW, sp.evtR} {
 			f.Close()
 		}

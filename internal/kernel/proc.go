@@ -97,7 +97,7 @@ type sink struct {
 
 // kproc is one running kernel process and the goroutines reading it.
 type kproc struct {
-	proc  *os.Process
+	proc  kernelProc
 	pid   int
 	cmdW  *os.File
 	outR  *os.File
@@ -220,8 +220,48 @@ func kernelArgs(dir string) []string {
 // spawned is a kernel process started and not yet spoken to: the parent's
 // ends of its pipes.
 type spawned struct {
-	proc                   *os.Process
+	proc                   kernelProc
+	pid                    int
 	outR, errR, cmdW, evtR *os.File
+}
+
+// kernelProc is a kernel's process: one started here (os/exec), or one
+// adopted after an exec (AdoptEarly).
+type kernelProc interface {
+	// kill SIGKILLs the process itself (not by pid: no reuse race).
+	kill() error
+	// wait reaps it: nil for exit status 0, else an error describeExit
+	// reads (*exec.ExitError, exitStatus).
+	wait() error
+}
+
+// osProc is a kernel started here.
+type osProc struct{ p *os.Process }
+
+func (o osProc) kill() error { return o.p.Kill() }
+
+// wait reaps the process as exec.Cmd.Wait would: an *exec.ExitError
+// unless it exited with status 0.
+func (o osProc) wait() error {
+	st, err := o.p.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return &exec.ExitError{ProcessState: st}
+	}
+	return nil
+}
+
+// exitStatus is how an adopted kernel ended, other than with status 0.
+type exitStatus syscall.WaitStatus
+
+func (e exitStatus) Error() string {
+	ws := syscall.WaitStatus(e)
+	if ws.Signaled() {
+		return "signal: " + ws.Signal().String()
+	}
+	return "exit status " + strconv.Itoa(ws.ExitStatus())
 }
 
 // spawn starts a kernel process with o (python resolved in o's PATH, cwd
@@ -308,7 +348,7 @@ func spawn(o *Options) (*spawned, error) {
 	errW.Close()
 	cmdR.Close()
 	evtW.Close()
-	return &spawned{proc: cmd.Process, outR: outR, errR: errR, cmdW: cmdW, evtR: evtR}, nil
+	return &spawned{proc: osProc{cmd.Process}, pid: cmd.Process.Pid, outR: outR, errR: errR, cmdW: cmdW, evtR: evtR}, nil
 }
 
 // startKernel starts a kernel process (or takes o.Early's) and the
@@ -325,13 +365,13 @@ func startKernel(o *Options) (*kproc, error) {
 	rand.Read(tok)
 	token := []byte(hex.EncodeToString(tok))
 	k := &kproc{
-		proc: sp.proc, pid: sp.proc.Pid, cmdW: sp.cmdW, outR: sp.outR, errR: sp.errR, evtR: sp.evtR, token: token,
+		proc: sp.proc, pid: sp.pid, cmdW: sp.cmdW, outR: sp.outR, errR: sp.errR, evtR: sp.evtR, token: token,
 		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
 	}
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
 	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language())))
 	go func() {
-		k.waitErr = wait(sp.proc)
+		k.waitErr = sp.proc.wait()
 		close(k.exited)
 	}()
 	outCh := make(chan pipeItem, 8)
@@ -342,19 +382,6 @@ func startKernel(o *Options) (*kproc, error) {
 	go readFrames(sp.evtR, o.maxEvent()+frameSlack, frCh)
 	go k.pump(outCh, errCh, frCh)
 	return k, nil
-}
-
-// wait reaps p as exec.Cmd.Wait would: an *exec.ExitError unless it
-// exited with status 0.
-func wait(p *os.Process) error {
-	st, err := p.Wait()
-	if err != nil {
-		return err
-	}
-	if !st.Success() {
-		return &exec.ExitError{ProcessState: st}
-	}
-	return nil
 }
 
 // frameSlack is room for JSON structure around an event of maxEvent bytes.
@@ -385,7 +412,7 @@ func (k *kproc) kill(why string) {
 	// it out of its own process group (os.setpgid into a child's group), and
 	// a kernel that outlives kill would leave the pump, and every wait on
 	// done, blocked forever.
-	k.proc.Kill()
+	k.proc.kill()
 }
 
 // attach makes s the receiver of k's items. A kernel that has already died
@@ -709,25 +736,33 @@ func describeExit(waitErr error, reason string, protocolErr bool) string {
 	if protocolErr {
 		return reason + "; the kernel was killed"
 	}
-	var how string
+	var ws syscall.WaitStatus
 	var ee *exec.ExitError
-	if errors.As(waitErr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			sig := ws.Signal()
-			how = fmt.Sprintf("the kernel process was killed by signal %d (%s)", int(sig), sig)
-			switch sig {
-			case syscall.SIGKILL:
-				how += "; it was killed from outside or ran out of memory"
-			case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGABRT:
-				how += "; the interpreter or a native extension crashed"
-			}
-		} else {
-			how = fmt.Sprintf("the kernel process exited with status %d", ee.ExitCode())
+	var es exitStatus
+	switch {
+	case waitErr == nil:
+		return "the kernel process exited with status 0"
+	case errors.As(waitErr, &es):
+		ws = syscall.WaitStatus(es)
+	case errors.As(waitErr, &ee):
+		w, ok := ee.Sys().(syscall.WaitStatus)
+		if !ok {
+			return fmt.Sprintf("the kernel process exited with status %d", ee.ExitCode())
 		}
-	} else if waitErr == nil {
-		how = "the kernel process exited with status 0"
-	} else {
-		how = "the kernel process ended: " + waitErr.Error()
+		ws = w
+	default:
+		return "the kernel process ended: " + waitErr.Error()
+	}
+	if !ws.Signaled() {
+		return fmt.Sprintf("the kernel process exited with status %d", ws.ExitStatus())
+	}
+	sig := ws.Signal()
+	how := fmt.Sprintf("the kernel process was killed by signal %d (%s)", int(sig), sig)
+	switch sig {
+	case syscall.SIGKILL:
+		how += "; it was killed from outside or ran out of memory"
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGABRT:
+		how += "; the interpreter or a native extension crashed"
 	}
 	return how
 }

@@ -3,6 +3,7 @@
 package kernel
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -10,3 +11,5 @@ import (
 func setDeathSignal(*syscall.SysProcAttr) {}
 
 func setPipeSize(*os.File) {}
+
+func adoptProc(int) (kernelProc, error) { return nil, errors.New("adopting a kernel needs Linux") }
