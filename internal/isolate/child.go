@@ -131,6 +131,18 @@ func stage1(cfg *childConfig) error {
 		return errors.New("parent went away before releasing the sandbox")
 	}
 	trace.Mark("stage 1: released")
+	if earlyStart != nil {
+		// Go's first process start probes pidfd support by forking a
+		// child and waiting for it (os.checkPidfd): let that happen on
+		// another thread while this one builds the root, not on the
+		// early start's path (several ms on a busy host, where the
+		// child waits for a CPU). The child only exits.
+		go func() {
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				p.Release()
+			}
+		}()
+	}
 	if cfg.Network == NetworkTUN {
 		if err := loopbackUp(); err != nil {
 			return fmt.Errorf("loopback up: %w", err)
