@@ -274,8 +274,8 @@ var (
 // explicitly. It returns a short state for stage 2 (EarlyState) and the
 // files whose fds stage 2 must get too (their close-on-exec is cleared for
 // the exec, and they stay reachable until it). It must not close the fds it
-// found open. Its starts overlap stage 2's
-// (python's start-up takes longer than the re-exec and the agent's own).
+// found open. What it starts runs while the binary re-executes and stage 2
+// sets up.
 func SetEarlyStart(f func() (state string, keep []*os.File)) { earlyStart = f }
 
 // EarlyState is, in stage 2, what SetEarlyStart's function returned in

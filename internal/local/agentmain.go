@@ -17,6 +17,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
+
 	"golang.org/x/sys/unix"
 )
 
