@@ -9,6 +9,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
@@ -77,8 +78,8 @@ def _facts():
     }, sort_keys=True)
 print(_facts())`
 
-// TestLocalKernelStartedEarly: the default kernel is started by the
-// sandbox's stage 1, before the re-exec into the agent (python's start-up
+// TestLocalKernelStartedEarly: with CODE_SANDBOXES_EARLY_KERNEL=1 the
+// default kernel is started by the sandbox's stage 1, before the re-exec into the agent (python's start-up
 // overlaps the agent's), and is in every way user code can see the kernel
 // the agent would have started: the same credentials, capabilities,
 // no_new_privs, seccomp, fds, environment, cwd, limits, cgroup and
@@ -87,6 +88,7 @@ func TestLocalKernelStartedEarly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
+	t.Setenv(local.EarlyKernelEnv, "1")
 	path := filepath.Join(t.TempDir(), "cs-trace-file")
 	t.Setenv(trace.Env, path)
 	trace.Reopen()

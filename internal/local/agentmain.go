@@ -24,9 +24,11 @@ import (
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
 	trace.Mark("sandbox init: inits done")
-	// In stage 1 (this same function, before the re-exec): start the
-	// default kernel there (startKernelEarly).
-	isolate.SetEarlyStart(startKernelEarly)
+	if os.Getenv(EarlyKernelEnv) == "1" {
+		// In stage 1 (this same function, before the re-exec): start the
+		// default kernel there (startKernelEarly).
+		isolate.SetEarlyStart(startKernelEarly)
+	}
 	ready, err := isolate.ChildAsync()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: isolation failed:", err)
@@ -135,6 +137,15 @@ func runAgent() int {
 	}
 	return 0
 }
+
+// EarlyKernelEnv, "1" in the environment of the program that creates local
+// sandboxes, makes each sandbox's stage 1 start the default python kernel
+// right before its re-exec into the agent (startKernelEarly), instead of
+// the agent starting it. Off by default: on a 2-core host whose sandboxes
+// have a root user it measured slower (python becomes a third CPU-bound
+// start beside the agent's re-exec and the root broker's two; bench -ab);
+// it can pay where a core is spare.
+const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
 
 // agentConfigFD is the agent's config (a pipe from the supervisor; in
 // stage 2 a copy stage 1 made of what it read there).
