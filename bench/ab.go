@@ -16,6 +16,8 @@ import (
 
 var abBins = flag.String("ab", "", "A/B two sandbox binaries (comma-separated absolute paths, e.g. one built from main and one from a branch): -n pairs of cold Create -> first result, alternating A B / B A, printed with each one's median timeline (-ab-trace), then exit")
 
+var abEnvB = flag.String("ab-b-env", "", "with -ab: KEY=VALUE set in this program's environment for B's starts only (e.g. CODE_SANDBOXES_EARLY_KERNEL=1, with the same binary as A and B)")
+
 var abTrace = flag.Bool("ab-trace", true, "with -ab: trace every start and print each binary's median timeline")
 
 // abOnly compares two sandbox binaries' cold start in one run, sample by
@@ -44,6 +46,14 @@ func abOnly(ctx context.Context) {
 			traces[i] = append(traces[i], p)
 		}
 		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bins[i]}}
+		if k, v, ok := strings.Cut(*abEnvB, "="); ok {
+			if i == 1 {
+				os.Setenv(k, v)
+				defer os.Unsetenv(k)
+			} else {
+				os.Unsetenv(k)
+			}
+		}
 		t := time.Now()
 		sb, err := sandboxes.Create(ctx, cfg)
 		check(err)
