@@ -78,8 +78,9 @@ def _facts():
     }, sort_keys=True)
 print(_facts())`
 
-// TestLocalKernelStartedEarly: with CODE_SANDBOXES_EARLY_KERNEL=1 the
-// default kernel is started by the sandbox's stage 1, before the re-exec into the agent (python's start-up
+// TestLocalKernelStartedEarly: the default kernel is started by the
+// sandbox's stage 1 (the default; CODE_SANDBOXES_EARLY_KERNEL=0 turns it
+// off), before the re-exec into the agent (python's start-up
 // overlaps the agent's), and is in every way user code can see the kernel
 // the agent would have started: the same credentials, capabilities,
 // no_new_privs, seccomp, fds, environment, cwd, limits, cgroup and
@@ -156,5 +157,40 @@ func TestLocalKernelStartedEarly(t *testing.T) {
 	}
 	if got := len(marks["kernel: spawned"]); got != 2 {
 		t.Errorf("%d kernels spawned, want 2 (the early one, the second context's):\n%s", got, b)
+	}
+}
+
+// TestLocalKernelEarlyStartOff: CODE_SANDBOXES_EARLY_KERNEL=0 leaves the
+// default kernel's start to the agent, after stage 2 began.
+func TestLocalKernelEarlyStartOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	t.Setenv(local.EarlyKernelEnv, "0")
+	path := filepath.Join(t.TempDir(), "cs-trace-file")
+	t.Setenv(trace.Env, path)
+	trace.Reopen()
+	t.Cleanup(func() {
+		os.Unsetenv(trace.Env)
+		trace.Reopen()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := sandboxes.Create(ctx, localConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if ex, err := sb.RunCode(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
+		t.Fatalf("%v %+v", err, ex)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := string(b)
+	k, s2 := strings.Index(tr, " kernel: spawned\n"), strings.Index(tr, " stage 2: start\n")
+	if k < 0 || s2 < 0 || k < s2 || strings.Contains(tr, " stage 1: early start\n") {
+		t.Errorf("with %s=0 the agent must start the kernel after stage 2 began:\n%s", local.EarlyKernelEnv, tr)
 	}
 }

@@ -24,7 +24,7 @@ import (
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
 	trace.Mark("sandbox init: inits done")
-	if os.Getenv(EarlyKernelEnv) == "1" {
+	if os.Getenv(EarlyKernelEnv) != "0" {
 		// In stage 1 (this same function, before the re-exec): start the
 		// default kernel there (startKernelEarly).
 		isolate.SetEarlyStart(startKernelEarly)
@@ -138,13 +138,14 @@ func runAgent() int {
 	return 0
 }
 
-// EarlyKernelEnv, "1" in the environment of the program that creates local
-// sandboxes, makes each sandbox's stage 1 start the default python kernel
-// right before its re-exec into the agent (startKernelEarly), instead of
-// the agent starting it. Off by default: on a 2-core host whose sandboxes
-// have a root user it measured slower (python becomes a third CPU-bound
-// start beside the agent's re-exec and the root broker's two; bench -ab);
-// it can pay where a core is spare.
+// EarlyKernelEnv, "0" in the environment of the program that creates local
+// sandboxes, makes the agent start each sandbox's default python kernel
+// itself, as before, instead of the sandbox's stage 1 right before its
+// re-exec into the agent (startKernelEarly). The early start measured
+// 1.3-3.3 ms faster on an idle 2-core host (bench -ab with -ab-b-env, 30-60
+// pairs, six runs; A/A noise 0.2 ms), and no better, up to a few ms worse,
+// on a busy one, where python becomes a third CPU-bound start beside the
+// agent's re-exec and the root broker's two.
 const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
 
 // agentConfigFD is the agent's config (a pipe from the supervisor; in

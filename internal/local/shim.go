@@ -207,8 +207,8 @@ func runShim() int {
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
 	}
-	if os.Getenv(EarlyKernelEnv) == "1" {
-		ispec.Env = append(ispec.Env, EarlyKernelEnv+"=1")
+	if v, ok := os.LookupEnv(EarlyKernelEnv); ok {
+		ispec.Env = append(ispec.Env, EarlyKernelEnv+"="+v)
 	}
 	if r.HostUID != 0 {
 		// A root user inside (isolate's rootuser.go), as E2B's sudo and
