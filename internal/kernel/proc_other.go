@@ -3,7 +3,6 @@
 package kernel
 
 import (
-	"errors"
 	"os"
 	"syscall"
 )
@@ -11,5 +10,3 @@ import (
 func setDeathSignal(*syscall.SysProcAttr) {}
 
 func setPipeSize(*os.File) {}
-
-func adoptProc(int) (kernelProc, error) { return nil, errors.New("adopting a kernel needs Linux") }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package kernel
+
+import "errors"
+
+func adoptProc(int) (kernelProc, error) { return nil, errors.New("adopting a kernel needs Linux") }
