@@ -6,6 +6,7 @@
 //	go run ./bench -n 20 -rtt 200 -idle 20 -scale 300 -o BENCHMARKS.md
 //	go run ./bench -only local,pool,plots   # some sections (the report has only those)
 //	go run ./bench -trace 20                # the cold start step by step
+//	go run ./bench -ab /tmp/main-sb,/tmp/new-sb -n 30  # two sandbox binaries' cold starts, pair by pair
 //
 // A section is a func(ctx, *strings.Builder) in its own file, listed once in
 // main's sections; it records distributions for the plots in samples.
@@ -104,6 +105,7 @@ func main() {
 	ctx := context.Background()
 	var rep strings.Builder
 	codeModeOnly(ctx) // with -codemode-only: prints the section and exits
+	abOnly(ctx)       // with -ab: compares two sandbox binaries and exits
 	if *traceN > 0 {
 		check(traceColdStarts(ctx, os.Stdout, *traceN))
 		return

@@ -64,6 +64,14 @@ type Config struct {
 	// ProtocolPipe makes the kernels' command and event pipes
 	// (kernel.Options.ProtocolPipe); nil = os.Pipe.
 	ProtocolPipe func() (r, w *os.File, err error)
+	// EarlyKernel is the default python context's kernel, started before
+	// the agent with DefaultKernelOptions (the sandbox's stage 1 does):
+	// the context's first start adopts it. Needs ToolsSocket, the path
+	// those options were made with.
+	EarlyKernel *kernel.Early
+	// ToolsSocket is the tools socket's path; "" = a fresh one
+	// (NewToolsSocketPath).
+	ToolsSocket string
 }
 
 // Server is one agent.
@@ -128,18 +136,24 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s := &Server{cfg: cfg, started: time.Now(), expired: make(chan struct{}), lastUsed: time.Now()}
-	s.tools = newToolHub(toolsSocketPath())
-	env := os.Environ()
-	for k, v := range cfg.Env {
-		env = append(env, k+"="+v)
+	sock := cfg.ToolsSocket
+	if sock == "" {
+		sock = NewToolsSocketPath()
 	}
-	// Kernels find the tools socket here (it exists once tools are granted).
-	env = append(env, ToolsSocketEnv+"="+s.tools.sockPath)
+	s.tools = newToolHub(sock)
+	env := kernelEnv(cfg.Env, sock)
+	early := cfg.EarlyKernel
 	s.contexts = newContextTable(func(language, cwd string) (*kernel.Session, error) {
 		if err := kernel.CheckLanguage(context.Background(), language, env); err != nil {
 			return nil, err
 		}
-		return kernel.NewSession(kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language, ProtocolPipe: cfg.ProtocolPipe}), nil
+		o := kernelOptions(cfg, env, language, cwd)
+		if early != nil && language == "python" && cwd == cfg.Workdir {
+			// The default python context (the first with its options):
+			// its kernel is running already.
+			o.Early, early = early, nil
+		}
+		return kernel.NewSession(o), nil
 	})
 	s.mux = http.NewServeMux()
 	s.routes()
@@ -150,6 +164,33 @@ func New(cfg Config) *Server {
 		s.setIdleTimeout(cfg.IdleTimeout)
 	}
 	return s
+}
+
+// kernelEnv is every kernel's environment: the agent's own (a launcher
+// sets the sandbox's), the configured variables, and the tools socket.
+func kernelEnv(user map[string]string, toolsSocket string) []string {
+	env := os.Environ()
+	for k, v := range user {
+		env = append(env, k+"="+v)
+	}
+	// Kernels find the tools socket here (it exists once tools are granted).
+	return append(env, ToolsSocketEnv+"="+toolsSocket)
+}
+
+func kernelOptions(cfg Config, env []string, language, cwd string) kernel.Options {
+	return kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language, ProtocolPipe: cfg.ProtocolPipe}
+}
+
+// DefaultKernelOptions are the options an agent with cfg (and the tools
+// socket toolsSocket) starts its default python context's kernel with,
+// for a launcher that starts that kernel before the agent exists
+// (kernel.SpawnEarly, then Config.EarlyKernel and ToolsSocket). The
+// process's environment must be the agent's already.
+func DefaultKernelOptions(cfg Config, toolsSocket string) kernel.Options {
+	if cfg.Workdir == "" {
+		cfg.Workdir = "/home/user"
+	}
+	return kernelOptions(cfg, kernelEnv(cfg.Env, toolsSocket), "python", cfg.Workdir)
 }
 
 // begin and end bracket a use of the sandbox: the idle clock stops while
@@ -246,6 +287,9 @@ func (s *Server) Handler() http.Handler { return s.auth(s.inUse(s.mux)) }
 func (s *Server) Close() {
 	s.tools.close()
 	s.contexts.closeAll()
+	if s.cfg.EarlyKernel != nil {
+		s.cfg.EarlyKernel.Close() // if no context took it
+	}
 	if s.cfg.OnClose != nil {
 		s.cfg.OnClose()
 	}

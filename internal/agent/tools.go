@@ -153,10 +153,10 @@ func newToolHub(sockPath string) *toolHub {
 	return &toolHub{sockPath: sockPath, specs: map[string]ToolSpec{}, pending: map[string]*pendingCall{}}
 }
 
-// toolsSocketPath picks the socket's path: a fresh directory under the
+// NewToolsSocketPath picks the socket's path: a fresh directory under the
 // sandbox's temp dir (the agent runs as the sandbox user everywhere, so it
 // can always create it there).
-func toolsSocketPath() string {
+func NewToolsSocketPath() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	dir := os.Getenv("TMPDIR")

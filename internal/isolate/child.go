@@ -72,6 +72,7 @@ func ChildAsync() (ready func() error, err error) {
 		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
 		rootConfigured = cfg.RootUser
+		earlyState = cfg.Early
 		// Both came through stage 1's exec, so without close-on-exec.
 		unix.CloseOnExec(cfg.StatusFD)
 		if cfg.BrokerFD > 2 {
@@ -130,6 +131,18 @@ func stage1(cfg *childConfig) error {
 		return errors.New("parent went away before releasing the sandbox")
 	}
 	trace.Mark("stage 1: released")
+	if earlyStart != nil {
+		// Go's first process start probes pidfd support by forking a
+		// child and waiting for it (os.checkPidfd): let that happen on
+		// another thread while this one builds the root, not on the
+		// early start's path (several ms on a busy host, where the
+		// child waits for a CPU). The child only exits.
+		go func() {
+			if p, err := os.FindProcess(os.Getpid()); err == nil {
+				p.Release()
+			}
+		}()
+	}
 	if cfg.Network == NetworkTUN {
 		if err := loopbackUp(); err != nil {
 			return fmt.Errorf("loopback up: %w", err)
@@ -218,19 +231,87 @@ func stage1(cfg *childConfig) error {
 	}
 	trace.Mark("stage 1: seccomp loaded, re-exec")
 
-	cfg.Stage = 2
-	// The host path of the rootfs is none of the sandbox's business.
-	cfg.Rootfs = ""
-	j, _ := json.Marshal(cfg)
-	env := []string{envKey + "=" + string(j)}
+	// Stage 2's environment as it is now: an early start may change ours.
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, envKey+"=") {
 			env = append(env, kv)
 		}
 	}
+	var keep []*os.File
+	if earlyStart != nil {
+		if cfg.Early, keep, err = runEarlyStart(); err != nil {
+			return err
+		}
+	}
+	cfg.Stage = 2
+	// The host path of the rootfs is none of the sandbox's business.
+	cfg.Rootfs = ""
+	j, _ := json.Marshal(cfg)
+	env = append([]string{envKey + "=" + string(j)}, env...)
 	exe := "/proc/self/fd/" + strconv.Itoa(cfg.ExeFD)
 	err = unix.Exec(exe, os.Args, env)
+	// Reachable until the exec: their finalizers would close the fds.
+	runtime.KeepAlive(keep)
 	return fmt.Errorf("re-exec %s: %w", exe, err)
+}
+
+// earlyStart is SetEarlyStart's function; earlyState, in stage 2, what it
+// returned in stage 1.
+var (
+	earlyStart func() (state string, keep []*os.File)
+	earlyState string
+)
+
+// SetEarlyStart makes stage 1 call f right before it re-executes into stage
+// 2 (call it before ChildAsync, in the sandbox's init). f runs fully
+// sandboxed — uid, gid, rlimits, cgroup and namespaces final, no
+// capabilities, no_new_privs, the seccomp filter, cwd /home/user — on the
+// thread that then execs, so a process it starts has exactly the state a
+// process stage 2 starts would have, and has stage 2 as its parent (its
+// death signal stays armed across the exec). While f runs every fd of the
+// process is close-on-exec, so what it starts inherits only what it passes
+// explicitly. It returns a short state for stage 2 (EarlyState) and the
+// files whose fds stage 2 must get too (their close-on-exec is cleared for
+// the exec, and they stay reachable until it). It must not close the fds it
+// found open. What it starts runs while the binary re-executes and stage 2
+// sets up.
+func SetEarlyStart(f func() (state string, keep []*os.File)) { earlyStart = f }
+
+// EarlyState is, in stage 2, what SetEarlyStart's function returned in
+// stage 1 ("" = none, or nothing started).
+func EarlyState() string { return earlyState }
+
+// maxEarlyState bounds the state (it travels in stage 2's environment).
+const maxEarlyState = 4 << 10
+
+// runEarlyStart runs earlyStart with every inherited fd close-on-exec, then
+// restores what stage 2 inherits and adds what earlyStart keeps.
+func runEarlyStart() (string, []*os.File, error) {
+	restore, err := cloexecInherited()
+	if err != nil {
+		return "", nil, fmt.Errorf("early start: %w", err)
+	}
+	state, keep := earlyStart()
+	restore()
+	if len(state) > maxEarlyState {
+		return "", nil, fmt.Errorf("early start: state of %d bytes", len(state))
+	}
+	for _, f := range keep {
+		// Not f.Fd(), which would make the fd blocking for stage 2 too.
+		c, err := f.SyscallConn()
+		if err == nil {
+			cerr := c.Control(func(fd uintptr) { _, err = unix.FcntlInt(fd, unix.F_SETFD, 0) })
+			if err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("early start: %s: %w", f.Name(), err)
+		}
+	}
+	trace.Mark("stage 1: early start done")
+	return state, keep, nil
 }
 
 // cloexecFrom sets close-on-exec on every fd from first up.

@@ -127,6 +127,9 @@ type childConfig struct {
 	// SudoFD is where stage 1 received the binary, opened in its mount
 	// namespace, to bind as sudo.
 	SudoFD int `json:"-"`
+	// Early, in stage 2, is what stage 1's SetEarlyStart function
+	// returned (child.go).
+	Early string `json:"early,omitempty"`
 }
 
 // Start starts a sandbox and returns once its init has finished the setup

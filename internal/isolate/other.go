@@ -33,3 +33,8 @@ func (p *Process) Wait() (ExitInfo, error) { return ExitInfo{}, errUnsupported }
 func (p *Process) Kill() error             { return errUnsupported }
 func (p *Process) Cleanup() error          { return nil }
 func (p *Process) CgroupDirs() []string    { return nil }
+
+// SetEarlyStart and EarlyState: see child.go.
+func SetEarlyStart(func() (string, []*os.File)) {}
+
+func EarlyState() string { return "" }

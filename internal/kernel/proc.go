@@ -99,7 +99,7 @@ type sink struct {
 
 // kproc is one running kernel process and the goroutines reading it.
 type kproc struct {
-	cmd   *exec.Cmd
+	proc  kernelProc
 	pid   int
 	cmdW  *os.File
 	outR  *os.File
@@ -224,8 +224,57 @@ func kernelArgs(dir string) []string {
 	return []string{"-c", kernelSource + "\n_main()\n"}
 }
 
-// startKernel starts a kernel process and the goroutines that read it.
-func startKernel(o *Options) (*kproc, error) {
+// spawned is a kernel process started and not yet spoken to: the parent's
+// ends of its pipes.
+type spawned struct {
+	proc                   kernelProc
+	pid                    int
+	outR, errR, cmdW, evtR *os.File
+	markW                  [2]int // kproc.markW
+}
+
+// kernelProc is a kernel's process: one started here (os/exec), or one
+// adopted after an exec (AdoptEarly).
+type kernelProc interface {
+	// kill SIGKILLs the process itself (not by pid: no reuse race).
+	kill() error
+	// wait reaps it: nil for exit status 0, else an error describeExit
+	// reads (*exec.ExitError, exitStatus).
+	wait() error
+}
+
+// osProc is a kernel started here.
+type osProc struct{ p *os.Process }
+
+func (o osProc) kill() error { return o.p.Kill() }
+
+// wait reaps the process as exec.Cmd.Wait would: an *exec.ExitError
+// unless it exited with status 0.
+func (o osProc) wait() error {
+	st, err := o.p.Wait()
+	if err != nil {
+		return err
+	}
+	if !st.Success() {
+		return &exec.ExitError{ProcessState: st}
+	}
+	return nil
+}
+
+// exitStatus is how an adopted kernel ended, other than with status 0.
+type exitStatus syscall.WaitStatus
+
+func (e exitStatus) Error() string {
+	ws := syscall.WaitStatus(e)
+	if ws.Signaled() {
+		return "signal: " + ws.Signal().String()
+	}
+	return "exit status " + strconv.Itoa(ws.ExitStatus())
+}
+
+// spawn starts a kernel process with o (python resolved in o's PATH, cwd
+// checked) and closes the child's ends of its pipes here.
+func spawn(o *Options) (*spawned, error) {
 	python, err := resolvePython(o.Python, o.env())
 	if err != nil {
 		return nil, err
@@ -235,10 +284,6 @@ func startKernel(o *Options) (*kproc, error) {
 			return nil, fmt.Errorf("kernel: working directory %q is not a directory: %v", o.Cwd, err)
 		}
 	}
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := []byte(hex.EncodeToString(tok))
-
 	var files []*os.File
 	closeAll := func() {
 		for _, f := range files {
@@ -322,8 +367,24 @@ func startKernel(o *Options) (*kproc, error) {
 	errW.Close()
 	cmdR.Close()
 	evtW.Close()
+	return &spawned{proc: osProc{cmd.Process}, pid: cmd.Process.Pid, outR: outR, errR: errR, cmdW: cmdW, evtR: evtR, markW: markW}, nil
+}
+
+// startKernel starts a kernel process (or takes o.Early's) and the
+// goroutines that read it.
+func startKernel(o *Options) (*kproc, error) {
+	sp := o.Early.take()
+	if sp == nil {
+		var err error
+		if sp, err = spawn(o); err != nil {
+			return nil, err
+		}
+	}
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	token := []byte(hex.EncodeToString(tok))
 	k := &kproc{
-		cmd: cmd, pid: cmd.Process.Pid, cmdW: cmdW, outR: outR, errR: errR, evtR: evtR, token: token, markW: markW,
+		proc: sp.proc, pid: sp.pid, cmdW: sp.cmdW, outR: sp.outR, errR: sp.errR, evtR: sp.evtR, token: token, markW: sp.markW,
 		exited: make(chan struct{}), done: make(chan struct{}), killed: make(chan struct{}),
 	}
 	goMarks := "0"
@@ -333,15 +394,15 @@ func startKernel(o *Options) (*kproc, error) {
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
 	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language()), []byte(goMarks)))
 	go func() {
-		k.waitErr = cmd.Wait()
+		k.waitErr = sp.proc.wait()
 		close(k.exited)
 	}()
 	outCh := make(chan pipeItem, 8)
 	errCh := make(chan pipeItem, 8)
 	frCh := make(chan frameItem, 2)
-	go readPipe(outR, token, outCh)
-	go readPipe(errR, token, errCh)
-	go readFrames(evtR, o.maxEvent()+frameSlack, frCh)
+	go readPipe(sp.outR, token, outCh)
+	go readPipe(sp.errR, token, errCh)
+	go readFrames(sp.evtR, o.maxEvent()+frameSlack, frCh)
 	go k.pump(outCh, errCh, frCh)
 	return k, nil
 }
@@ -451,7 +512,7 @@ func (k *kproc) kill(why string) {
 	// it out of its own process group (os.setpgid into a child's group), and
 	// a kernel that outlives kill would leave the pump, and every wait on
 	// done, blocked forever.
-	k.cmd.Process.Kill()
+	k.proc.kill()
 }
 
 // attach makes s the receiver of k's items. A kernel that has already died
@@ -795,25 +856,33 @@ func describeExit(waitErr error, reason string, protocolErr bool) string {
 	if protocolErr {
 		return reason + "; the kernel was killed"
 	}
-	var how string
+	var ws syscall.WaitStatus
 	var ee *exec.ExitError
-	if errors.As(waitErr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			sig := ws.Signal()
-			how = fmt.Sprintf("the kernel process was killed by signal %d (%s)", int(sig), sig)
-			switch sig {
-			case syscall.SIGKILL:
-				how += "; it was killed from outside or ran out of memory"
-			case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGABRT:
-				how += "; the interpreter or a native extension crashed"
-			}
-		} else {
-			how = fmt.Sprintf("the kernel process exited with status %d", ee.ExitCode())
+	var es exitStatus
+	switch {
+	case waitErr == nil:
+		return "the kernel process exited with status 0"
+	case errors.As(waitErr, &es):
+		ws = syscall.WaitStatus(es)
+	case errors.As(waitErr, &ee):
+		w, ok := ee.Sys().(syscall.WaitStatus)
+		if !ok {
+			return fmt.Sprintf("the kernel process exited with status %d", ee.ExitCode())
 		}
-	} else if waitErr == nil {
-		how = "the kernel process exited with status 0"
-	} else {
-		how = "the kernel process ended: " + waitErr.Error()
+		ws = w
+	default:
+		return "the kernel process ended: " + waitErr.Error()
+	}
+	if !ws.Signaled() {
+		return fmt.Sprintf("the kernel process exited with status %d", ws.ExitStatus())
+	}
+	sig := ws.Signal()
+	how := fmt.Sprintf("the kernel process was killed by signal %d (%s)", int(sig), sig)
+	switch sig {
+	case syscall.SIGKILL:
+		how += "; it was killed from outside or ran out of memory"
+	case syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGILL, syscall.SIGABRT:
+		how += "; the interpreter or a native extension crashed"
 	}
 	return how
 }

@@ -73,6 +73,10 @@ type Options struct {
 	// them as a uid of its own, so that code in the sandbox can't open
 	// them again through /proc/<pid>/fd (SECURITY.md, Isolation gvisor).
 	ProtocolPipe func() (r, w *os.File, err error)
+	// Early is a kernel process already started with these same options
+	// (SpawnEarly, by the sandbox's stage 1): the session's first start
+	// takes it instead of starting one; later starts start their own.
+	Early *Early
 }
 
 func (o *Options) language() string {

@@ -207,6 +207,9 @@ func runShim() int {
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
 	}
+	if v, ok := os.LookupEnv(EarlyKernelEnv); ok {
+		ispec.Env = append(ispec.Env, EarlyKernelEnv+"="+v)
+	}
 	if r.HostUID != 0 {
 		// A root user inside (isolate's rootuser.go), as E2B's sudo and
 		// user: 'root' expect; only root callers have host ids to give it.

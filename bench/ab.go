@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
+)
+
+var abBins = flag.String("ab", "", "A/B two sandbox binaries (comma-separated absolute paths, e.g. one built from main and one from a branch): -n pairs of cold Create -> first result, alternating A B / B A, printed with each one's median timeline (-ab-trace), then exit")
+
+var abEnvB = flag.String("ab-b-env", "", "with -ab: KEY=VALUE set in this program's environment for B's starts only (e.g. CODE_SANDBOXES_EARLY_KERNEL=1, with the same binary as A and B)")
+
+var abTrace = flag.Bool("ab-trace", true, "with -ab: trace every start and print each binary's median timeline")
+
+// abOnly compares two sandbox binaries' cold start in one run, sample by
+// sample (the machine's load drifts; pairs see the same load), when -ab is
+// set, and exits.
+func abOnly(ctx context.Context) {
+	if *abBins == "" {
+		return
+	}
+	bins := strings.Split(*abBins, ",")
+	if len(bins) != 2 {
+		check(fmt.Errorf("-ab wants two binaries, got %q", *abBins))
+	}
+	dir, err := os.MkdirTemp("", "cs-ab-")
+	check(err)
+	defer os.RemoveAll(dir)
+	rt := filepath.Join(dir, "rt")
+	traces := map[int][]string{}
+	k := 0
+	once := func(i int) float64 {
+		if *abTrace {
+			k++
+			p := filepath.Join(dir, fmt.Sprintf("trace-%d", k))
+			os.Setenv(trace.Env, p)
+			trace.Reopen()
+			traces[i] = append(traces[i], p)
+		}
+		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bins[i]}}
+		if k, v, ok := strings.Cut(*abEnvB, "="); ok {
+			if i == 1 {
+				os.Setenv(k, v)
+				defer os.Unsetenv(k)
+			} else {
+				os.Unsetenv(k)
+			}
+		}
+		t := time.Now()
+		sb, err := sandboxes.Create(ctx, cfg)
+		check(err)
+		ex, err := sb.RunCode(ctx, "1 + 1")
+		check(err)
+		ms := since(t)
+		trace.Mark("caller: first result")
+		if ex.Text() != "2" {
+			check(fmt.Errorf("ab: got %q", ex.Text()))
+		}
+		check(sb.Close())
+		return ms
+	}
+	// A warm-up of each (fingerprint checks, page cache), not counted.
+	once(0)
+	once(1)
+	traces = map[int][]string{}
+	var a, b, d []float64
+	for i := 0; i < *nCold; i++ {
+		var x, y float64
+		if i%2 == 0 {
+			x = once(0)
+			y = once(1)
+		} else {
+			y = once(1)
+			x = once(0)
+		}
+		a, b, d = append(a, x), append(b, y), append(d, y-x)
+	}
+	os.Unsetenv(trace.Env)
+	trace.Reopen()
+	if *abTrace {
+		for i, bin := range bins {
+			fmt.Printf("%s: median timeline\n", bin)
+			at := map[string][]float64{}
+			for _, p := range traces[i] {
+				steps, err := readTrace(p)
+				check(err)
+				for s, v := range steps {
+					at[s] = append(at[s], v)
+				}
+			}
+			type row struct {
+				step string
+				med  float64
+			}
+			var rows []row
+			for s, v := range at {
+				rows = append(rows, row{s, summarize(v).p50})
+			}
+			sort.Slice(rows, func(i, j int) bool { return rows[i].med < rows[j].med })
+			for _, r := range rows {
+				fmt.Printf("  %8.2f  %s\n", r.med, r.step)
+			}
+		}
+	}
+	sa, sb, sd := summarize(a), summarize(b), summarize(d)
+	fmt.Printf("%d pairs, cold Create -> first result: A p50 %.1f ms (%s %.1f), B p50 %.1f ms (%s %.1f), B-A per pair p50 %+.1f ms\n",
+		*nCold, sa.p50, sa.tailName(), sa.tail(), sb.p50, sb.tailName(), sb.tail(), sd.p50)
+	os.Exit(0)
+}
