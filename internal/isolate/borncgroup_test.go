@@ -41,7 +41,13 @@ func testMainEarly() {
 		if to := os.Getenv("ISOLATE_TEST_MAIN_THREAD_CGROUP"); to != "" {
 			cgs = &threadCgroups{to: []string{to}, back: []string{filepath.Dir(to)}}
 		}
-		moved, err := startOnThread(exec.Command("/bin/true"), n, cgs)
+		cmd := exec.Command("/bin/true")
+		moved, err := startOnThread(cmd, n, cgs)
+		if err == nil {
+			// Reaped before we exit: an orphan still exiting would stay
+			// listed in the test's cgroup for a moment (CI saw its pid).
+			_ = cmd.Wait()
+		}
 		status, _ := os.ReadFile("/proc/self/status") // the main thread's
 		cg, _ := os.ReadFile("/proc/self/cgroup")
 		for line := range strings.Lines(string(status)) {
