@@ -46,6 +46,12 @@ func (s *Server) lifecycleOf(req newSandbox, network string) (autoPause, autoRes
 	return autoPause, autoResume, ""
 }
 
+// pausedNow reports whether e's sandbox says it is paused (or pausing).
+func (s *Server) pausedNow(ctx context.Context, e *entry) bool {
+	i, err := e.inst.Info(ctx)
+	return err == nil && i.Status == sandboxes.StatusPaused
+}
+
 // wake resumes an autoResume sandbox that is paused, before a request to
 // one of its ports goes through; it answers the error itself. One resume
 // at a time per sandbox: the others wait for it.

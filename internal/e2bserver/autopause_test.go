@@ -2,6 +2,7 @@ package e2bserver
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"testing"
@@ -101,5 +102,44 @@ func TestAutoPauseGVisor(t *testing.T) {
 	}
 	if resp := call(t, "DELETE", u, testKey, "", nil, nil); resp.StatusCode != 204 {
 		t.Fatalf("kill: %d", resp.StatusCode)
+	}
+}
+
+// TestAutoPausedRefusesTraffic: once details say an autoPause sandbox
+// (without autoResume) is paused, its ports answer 502 as a gone sandbox's
+// do (the SDK's isRunning is then false), also while the checkpoint still
+// runs and its agent would still answer; connect resumes it.
+func TestAutoPausedRefusesTraffic(t *testing.T) {
+	needGVisorServe(t)
+	s, base := testServer(t, Options{Config: sandboxes.Config{Isolation: sandboxes.IsolationGVisor}})
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":2,"autoPause":true}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	run := runner(ctx, t, s, a.SandboxID)
+	run("x = 40")
+	u := base + "/sandboxes/" + a.SandboxID
+	h := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": a.EnvdAccessToken}
+	for ctx.Err() == nil {
+		var d sandboxDetail
+		if resp := call(t, "GET", u, testKey, "", nil, &d); resp.StatusCode != 200 {
+			t.Fatalf("details: %d (killed at its timeout instead of paused?)", resp.StatusCode)
+		}
+		if d.State == "paused" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := call(t, "GET", base+"/health", "", "", h, nil).StatusCode; st != http.StatusBadGateway {
+		t.Fatalf("GET /health of a sandbox whose details say paused: %d, want 502 (the SDK's isRunning must be false)", st)
+	}
+	var conn sandboxJSON
+	if resp := call(t, "POST", u+"/connect", testKey, `{"timeout":60}`, nil, &conn); resp.StatusCode != 201 {
+		t.Fatalf("connect: %d, want 201", resp.StatusCode)
+	}
+	if st := call(t, "GET", base+"/health", "", "", h, nil).StatusCode; st/100 != 2 {
+		t.Fatalf("GET /health after connect: %d, want 2xx", st)
+	}
+	if got := run("x + 2"); got != "42" {
+		t.Fatalf("x + 2 after connect = %q", got)
 	}
 }

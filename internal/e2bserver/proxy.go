@@ -121,6 +121,13 @@ func (p *dataPlane) tunnelTransport(e *entry) *http.Transport {
 
 // sandboxGone is what E2B's edge proxy answers for an unknown or ended
 // sandbox; the SDKs turn a 502 into "the sandbox was killed or timed out".
+// sandboxPaused answers traffic to a paused sandbox as E2B's proxy does a
+// sandbox it can't reach (502, which the SDK's isRunning reads as false),
+// saying how to resume it.
+func sandboxPaused(w http.ResponseWriter, id string) {
+	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox is paused: connect to it (Sandbox.connect) to resume it", "code": http.StatusBadGateway})
+}
+
 func sandboxGone(w http.ResponseWriter, id string) {
 	writeJSON(w, http.StatusBadGateway, map[string]any{"sandboxId": id, "message": "The sandbox was not found", "code": http.StatusBadGateway})
 }
@@ -195,7 +202,15 @@ func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry,
 	if !p.authorize(w, r, e, port) {
 		return
 	}
-	if e.autoResume && !p.s.wake(w, r, e) {
+	if e.autoResume {
+		if !p.s.wake(w, r, e) {
+			return
+		}
+	} else if e.autoPause && p.s.pausedNow(r.Context(), e) {
+		// Details say paused from the moment the timeout's pause begins,
+		// while the checkpoint may still run and the agent still answer:
+		// traffic must agree with details (the SDK's isRunning is false).
+		sandboxPaused(w, e.id)
 		return
 	}
 	if e.inflight.Add(1) > maxInflight {
