@@ -20,20 +20,7 @@ func TestLocalTraceTimeline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
-	path := filepath.Join(t.TempDir(), "cs-trace-file")
-	t.Setenv(trace.Env, path)
-	trace.Reopen()
-	t.Cleanup(func() {
-		os.Unsetenv(trace.Env)
-		trace.Reopen()
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sb, err := sandboxes.Create(ctx, localConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	ctx, sb, path := tracedSandbox(t)
 	ex, err := sb.RunCode(ctx, "import os\n[os.readlink('/proc/self/fd/' + f) for f in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + f)]")
 	if err != nil {
 		t.Fatal(err)
@@ -90,20 +77,7 @@ func TestLocalKernelStartedEarly(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	t.Setenv(local.EarlyKernelEnv, "1")
-	path := filepath.Join(t.TempDir(), "cs-trace-file")
-	t.Setenv(trace.Env, path)
-	trace.Reopen()
-	t.Cleanup(func() {
-		os.Unsetenv(trace.Env)
-		trace.Reopen()
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sb, err := sandboxes.Create(ctx, localConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	ctx, sb, path := tracedSandbox(t)
 	first, err := sb.RunCode(ctx, kernelFacts)
 	if err != nil {
 		t.Fatal(err)
@@ -167,20 +141,7 @@ func TestLocalKernelEarlyStartOff(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	t.Setenv(local.EarlyKernelEnv, "0")
-	path := filepath.Join(t.TempDir(), "cs-trace-file")
-	t.Setenv(trace.Env, path)
-	trace.Reopen()
-	t.Cleanup(func() {
-		os.Unsetenv(trace.Env)
-		trace.Reopen()
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	sb, err := sandboxes.Create(ctx, localConfig(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	ctx, sb, path := tracedSandbox(t)
 	if ex, err := sb.RunCode(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
 		t.Fatalf("%v %+v", err, ex)
 	}
@@ -193,4 +154,26 @@ func TestLocalKernelEarlyStartOff(t *testing.T) {
 	if k < 0 || s2 < 0 || k < s2 || strings.Contains(tr, " stage 1: early start\n") {
 		t.Errorf("with %s=0 the agent must start the kernel after stage 2 began:\n%s", local.EarlyKernelEnv, tr)
 	}
+}
+
+// tracedSandbox creates a local sandbox while every process on its start
+// path appends its trace to a file of the test's (returned as path); the
+// sandbox is closed and tracing turned off when the test ends.
+func tracedSandbox(t *testing.T) (context.Context, *sandboxes.Sandbox, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cs-trace-file")
+	t.Setenv(trace.Env, path)
+	trace.Reopen()
+	t.Cleanup(func() {
+		os.Unsetenv(trace.Env)
+		trace.Reopen()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	sb, err := sandboxes.Create(ctx, localConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	return ctx, sb, path
 }
