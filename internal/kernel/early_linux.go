@@ -60,8 +60,13 @@ func (p *pidfdProc) wait() error {
 	return exitStatus(ws)
 }
 
-// reopenWriteFDs is reopenWriteEnds for raw fds of the pipes (any end):
-// before they become *os.Files, whose Fd would make them blocking.
+// reopenWriteFDs opens the pipes of out and err (raw fds of either end)
+// once more for writing, as open file descriptions of their own
+// (non-blocking, unlike the kernel's ends, which share the originals'): the
+// pump writes sync markers on them (frameGoMarks). [-1, -1] when either
+// can't be opened; the kernel then writes every marker itself. An adopted
+// kernel's fds are reopened before they become *os.Files, whose Fd would
+// make them blocking.
 func reopenWriteFDs(out, err int) [2]int {
 	fds := [2]int{-1, -1}
 	for i, fd := range []int{out, err} {

@@ -325,7 +325,7 @@ func spawn(o *Options) (*spawned, error) {
 	}
 	// After setPipeSize: the child's ends must stay blocking, and these
 	// are open file descriptions of their own, non-blocking.
-	markW := reopenWriteEnds(outW, errW)
+	markW := reopenWriteFDs(int(outW.Fd()), int(errW.Fd()))
 	closeMarkW := func() {
 		for _, fd := range markW {
 			if fd >= 0 {

@@ -5,7 +5,6 @@ package kernel
 import (
 	"errors"
 	"os"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -23,26 +22,6 @@ func setDeathSignal(a *syscall.SysProcAttr) {
 func setPipeSize(f *os.File) {
 	const fSetPipeSz = 1031
 	syscall.Syscall(syscall.SYS_FCNTL, f.Fd(), fSetPipeSz, pipeSize)
-}
-
-// reopenWriteEnds opens the pipes of out and err once more for writing, as
-// open file descriptions of their own (non-blocking, unlike the kernel's
-// ends, which share the originals'): the pump writes sync markers on them
-// (frameGoMarks). [-1, -1] when either can't be opened; the kernel then
-// writes every marker itself.
-func reopenWriteEnds(out, err *os.File) [2]int {
-	fds := [2]int{-1, -1}
-	for i, f := range []*os.File{out, err} {
-		fd, e := syscall.Open("/proc/self/fd/"+strconv.Itoa(int(f.Fd())), syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
-		if e != nil {
-			if i == 1 {
-				syscall.Close(fds[0])
-			}
-			return [2]int{-1, -1}
-		}
-		fds[i] = fd
-	}
-	return fds
 }
 
 // processGone reports whether pid, a child of ours, has exited: a zombie,

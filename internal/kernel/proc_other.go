@@ -13,8 +13,6 @@ func setDeathSignal(*syscall.SysProcAttr) {}
 
 func setPipeSize(*os.File) {}
 
-func reopenWriteEnds(*os.File, *os.File) [2]int { return [2]int{-1, -1} }
-
 // processGone reports whether pid has exited: reaped already, or a zombie.
 func processGone(pid int) bool {
 	st, ok := procstat.Read(pid)
