@@ -228,17 +228,12 @@ func Start() (n *Net, err error) {
 	}
 	// The zone, on the host's loopback (where the sandbox's resolver
 	// forwards to when a test sets CODE_SANDBOXES_DNS).
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	pc, ln, err := listenUDPAndTCP()
 	if err != nil {
 		return nil, err
 	}
-	n.closers = append(n.closers, pc)
+	n.closers = append(n.closers, pc, ln)
 	n.DNS = pc.LocalAddr().String()
-	ln, err := net.Listen("tcp", n.DNS)
-	if err != nil {
-		return nil, err
-	}
-	n.closers = append(n.closers, ln)
 	go serveDNSUDP(pc, zone)
 	go serveDNSTCP(ln, zone)
 	// Prove the wiring from the host before anyone relies on it: a test
@@ -571,4 +566,27 @@ func HostAddrs() ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// listenUDPAndTCP listens on one loopback port for both UDP and TCP (DNS
+// takes both). The port comes from UDP's ephemeral pick, which says nothing
+// about TCP: another process may hold that TCP port (a CI run saw "bind:
+// address already in use"), so a few other picks are tried.
+func listenUDPAndTCP() (net.PacketConn, net.Listener, error) {
+	var err error
+	for range 20 {
+		var pc net.PacketConn
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return nil, nil, err
+		}
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, fmt.Errorf("no loopback port free for both UDP and TCP: %w", err)
 }
