@@ -449,22 +449,38 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 
 // runCodeRTT creates one sandbox and times RunCode("x + 2") round trips.
 func runCodeRTT(ctx context.Context, cfg sandboxes.Config) []float64 {
+	sb := rttSandbox(ctx, cfg)
+	defer sb.Close()
+	return rttBlock(ctx, sb, *nRTT)
+}
+
+// rttSandbox creates a sandbox with x = 40, for timeRunCode.
+func rttSandbox(ctx context.Context, cfg sandboxes.Config) *sandboxes.Sandbox {
 	sb, err := sandboxes.Create(ctx, cfg)
 	check(err)
-	defer sb.Close()
 	_, err = sb.RunCode(ctx, "x = 40")
 	check(err)
-	var ms []float64
-	for i := 0; i < *nRTT; i++ {
-		t := time.Now()
-		ex, err := sb.RunCode(ctx, "x + 2")
-		check(err)
-		if ex.Text() != "42" {
-			check(fmt.Errorf("round trip: got %q", ex.Text()))
-		}
-		ms = append(ms, since(t))
+	return sb
+}
+
+// rttBlock times n round trips of x + 2 on sb, one right after the other.
+func rttBlock(ctx context.Context, sb *sandboxes.Sandbox, n int) []float64 {
+	ms := make([]float64, 0, n)
+	for range n {
+		ms = append(ms, timeRunCode(ctx, sb))
 	}
 	return ms
+}
+
+// timeRunCode times one RunCode("x + 2") on a sandbox rttSandbox made.
+func timeRunCode(ctx context.Context, sb *sandboxes.Sandbox) float64 {
+	t := time.Now()
+	ex, err := sb.RunCode(ctx, "x + 2")
+	check(err)
+	if ex.Text() != "42" {
+		check(fmt.Errorf("round trip: got %q", ex.Text()))
+	}
+	return since(t)
 }
 
 func check(err error) {
