@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
 )
 
 func TestPyJSON(t *testing.T) {
@@ -109,4 +111,24 @@ func FuzzPyJSONOrdered(f *testing.F) {
 			t.Fatalf("got %s\nwant %s", got, want)
 		}
 	})
+}
+
+// TestExpressionLinesLayout pins the layout of the lines an expression's
+// execution sends (x + 2's: its number, its result): the Go client decodes
+// exactly this layout without encoding/json (internal/client's fastLine,
+// whose test holds the same bytes). A change here wants one there, or the
+// client quietly falls back to the slow decoder.
+func TestExpressionLinesLayout(t *testing.T) {
+	for _, c := range []struct {
+		ev   kernel.Event
+		want string
+	}{
+		{kernel.Event{Type: "number_of_executions", ExecutionCount: 4229}, `{"type": "number_of_executions", "execution_count": 4229}`},
+		{kernel.Event{Type: "result", IsMainResult: true, Data: map[string]json.RawMessage{"text/plain": json.RawMessage(`"42"`)}}, `{"type": "result", "text": "42", "extra": {}, "is_main_result": true}`},
+	} {
+		got, err := pyJSON(eventLine(c.ev))
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: got %s (%v), want %s", c.ev.Type, got, err, c.want)
+		}
+	}
 }

@@ -456,6 +456,14 @@ var ErrProtocol = errors.New("protocol error")
 // DecodeLine parses one NDJSON line. It accepts both our agent's and E2B's
 // server's spellings; the line is untrusted input.
 func DecodeLine(b []byte) (Line, error) {
+	if l, ok := fastLine(b); ok {
+		return l, nil
+	}
+	return decodeLine(b)
+}
+
+// decodeLine is DecodeLine for any layout.
+func decodeLine(b []byte) (Line, error) {
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return Line{}, fmt.Errorf("%w: invalid NDJSON line: %w", ErrProtocol, err)
