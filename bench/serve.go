@@ -41,6 +41,7 @@ func serveBench(ctx context.Context, rep *strings.Builder, cfg sandboxes.Config)
 	lsb := rttSandbox(ctx, cfg)
 	defer lsb.Close()
 	localDir := local.SandboxDir(cfg.Local.RuntimeDir, lsb.ID())
+	rttBlock(ctx, lsb, 20) // untimed: a new sandbox's first cells are its warm-up, not serve's absence
 	withoutServe, cpuWithout := cpuBlock(ctx, lsb, localDir, (*nRTT+1)/2)
 
 	srv, err := e2bserver.New(e2bserver.Options{APIKeys: []string{key}, Config: cfg})
