@@ -32,7 +32,10 @@ func TestLocalTraceTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, step := range []string{"create: start", "shim: inits done", "stage 1: seccomp loaded, re-exec", "stage 2: start", "agent: kernel start begun", "agent: reported ready", "agent: serving", "kernel: spawned", "create: healthy"} {
+	if !strings.Contains(string(b), " stage 1: seccomp loaded, in place\n") && !strings.Contains(string(b), " stage 1: seccomp loaded, re-exec\n") {
+		t.Errorf("no \"stage 1: seccomp loaded\" (in place or re-exec) in the trace:\n%s", b)
+	}
+	for _, step := range []string{"create: start", "shim: inits done", "stage 2: start", "agent: kernel start begun", "agent: reported ready", "agent: serving", "kernel: spawned", "create: healthy"} {
 		if !strings.Contains(string(b), " "+step+"\n") {
 			t.Errorf("no %q in the trace:\n%s", step, b)
 		}

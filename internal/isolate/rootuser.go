@@ -21,8 +21,9 @@ package isolate
 //
 // No process of the sandbox can setuid(0) (none holds CAP_SETUID), so root's
 // processes come from a broker: stage 1 starts it as uid 0 before dropping
-// its own capabilities; it hardens itself as stage 1 does (stage 3) and
-// re-executes (stage 4) to listen on RootSocket. `sudo` (SudoPath, this
+// its own capabilities; it hardens itself as stage 1 does (stage 3: every
+// thread in place, or, with cgo or ReexecEnv, this thread and a re-exec)
+// and listens on RootSocket (stage 4). `sudo` (SudoPath, this
 // binary bound read-only) asks it to start a command as root with the
 // caller's stdin, stdout and stderr, relays signals and exits as the command
 // did. Anyone in the sandbox may ask, as E2B's user has passwordless sudo:
@@ -334,8 +335,10 @@ func cloexecInherited() (func(), error) {
 	}, nil
 }
 
-// rootStage3 hardens the broker as stage 1 hardens itself, then re-executes
-// it (stage 4) so that every thread has the result. Never returns.
+// rootStage3 hardens the broker as stage 1 hardens itself: in place, on
+// every thread, then it goes on as stage 4; where it can't change every
+// thread (cgo, or ReexecEnv) on this one, then it re-executes (stage 4) so
+// that every thread has the result. Never returns.
 func rootStage3(cfg *childConfig) {
 	runtime.LockOSThread()
 	st := os.NewFile(uintptr(cfg.StatusFD), "status")
@@ -344,16 +347,30 @@ func rootStage3(cfg *childConfig) {
 		os.Exit(1)
 	}
 	unix.CloseOnExec(cfg.ExeFD)
-	if err := dropCapabilities(); err != nil {
-		fail(err)
+	inPlace := os.Getenv(ReexecEnv) == ""
+	if inPlace {
+		err := dropPrivileges(allThreads)
+		if errors.Is(err, syscall.ENOTSUP) {
+			// The first change already: nothing changed anywhere.
+			inPlace = false
+		} else if err != nil {
+			fail(err)
+		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fail(fmt.Errorf("no_new_privs: %w", err))
+	if !inPlace {
+		if err := dropPrivileges(thisThread); err != nil {
+			fail(err)
+		}
 	}
-	if err := loadSeccomp(); err != nil {
+	if err := loadSeccomp(inPlace); err != nil {
 		fail(err)
 	}
 	cfg.Stage = 4
+	if inPlace {
+		// What the exec would have closed: the binary's fd.
+		unix.Close(cfg.ExeFD)
+		rootStage4(cfg)
+	}
 	j, _ := json.Marshal(cfg)
 	env := []string{envKey + "=" + string(j)}
 	for _, kv := range os.Environ() {

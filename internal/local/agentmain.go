@@ -220,8 +220,16 @@ func startKernelEarly() (string, []*os.File) {
 	es.Pid, es.FDs = e.Pid(), e.FDs()
 	j, _ := json.Marshal(es)
 	files := e.Files()
+	// Stage 2 may be this same image (isolate hardened stage 1 in place):
+	// then it takes e itself, with its own ends of the kernel's pipes,
+	// rather than adopt the fds a second time.
+	startedEarly = e
 	return string(j), files[:]
 }
+
+// startedEarly is the kernel startKernelEarly started in this image (nil
+// after the re-exec into stage 2, which adopts it by its pid and fds).
+var startedEarly *kernel.Early
 
 // takeAgentConfig reads the agent's config from its pipe (stage 1) and
 // puts a copy in its place for stage 2 (a memfd at the same fd, read
@@ -278,6 +286,12 @@ func adoptKernelEarly() (*kernel.Early, earlyState) {
 	}
 	if es.Pid <= 0 {
 		return nil, earlyState{Bytecode: es.Bytecode}
+	}
+	if e := startedEarly; e != nil && e.Pid() == es.Pid {
+		// Stage 1 became stage 2 in place: the kernel is ours already.
+		startedEarly = nil
+		trace.Mark("agent: early kernel taken in place")
+		return e, es
 	}
 	e, err := kernel.AdoptEarly(es.Pid, es.FDs)
 	if err != nil {
