@@ -284,10 +284,6 @@ func stage1(cfg *childConfig) error {
 		}
 		inPlace = ok
 	}
-	sys := thisThread
-	if inPlace {
-		sys = allThreads
-	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
@@ -322,7 +318,19 @@ func stage1(cfg *childConfig) error {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if err := dropPrivileges(sys); err != nil {
+	// This thread first, raw. In place it keeps CAP_SETPCAP in its
+	// permitted and effective sets for now (only in those: its bounding,
+	// inheritable and ambient sets are empty): the other threads' changes
+	// (finishInPlace) still need it, as AllThreadsSyscall makes every change
+	// on this thread too and wants the same result everywhere. The seccomp
+	// filter and no_new_privs reach every thread at once (TSYNC). So the
+	// early start, which forks from this thread, needn't wait for the other
+	// threads' ~45 changes (each a stop of the world and a signal to every
+	// thread: ~60 us), which then overlap its start; what it starts execs as
+	// the sandbox's user with empty bounding, inheritable and ambient sets,
+	// so it has no capability from its exec on (and runs only the runtime's
+	// fork code before it).
+	if err := dropPrivileges(thisThread, inPlace); err != nil {
 		return err
 	}
 	trace.Mark("stage 1: privileges dropped")
@@ -372,6 +380,11 @@ func finishInPlace(cfg *childConfig) error {
 			return err
 		}
 	}
+	// Every thread (this one's CAP_SETPCAP too) as this one.
+	if err := dropCapabilities(allThreads, false); err != nil {
+		return err
+	}
+	trace.Mark("stage 1: every thread hardened")
 	os.Clearenv()
 	for _, kv := range env {
 		if k, v, ok := strings.Cut(kv, "="); ok && k != envKey {
@@ -962,8 +975,8 @@ func joinCgroupNSAllThreads() (bool, error) {
 // dropPrivileges empties every capability set (dropCapabilities), then
 // sets no_new_privs: no setuid/file-capability gains on exec ever again;
 // it is also what allows an unprivileged seccomp filter.
-func dropPrivileges(sys threadSys) error {
-	if err := dropCapabilities(sys); err != nil {
+func dropPrivileges(sys threadSys, keepSetpcap bool) error {
+	if err := dropCapabilities(sys, keepSetpcap); err != nil {
 		return err
 	}
 	if _, _, errno := sys(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0, 0); errno != 0 {
@@ -976,8 +989,9 @@ func dropPrivileges(sys threadSys) error {
 // changes: bounding, ambient, inheritable, permitted, effective. With the
 // bounding and inheritable sets empty no exec (file caps, setuid) can bring
 // any back; the locked securebits additionally make "uid 0 inside" mean
-// nothing.
-func dropCapabilities(sys threadSys) error {
+// nothing. keepSetpcap leaves CAP_SETPCAP in the permitted and effective
+// sets (only there), for changes still to come.
+func dropCapabilities(sys threadSys, keepSetpcap bool) error {
 	if _, _, errno := sys(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS,
 		secbitNoroot|secbitNorootLocked|secbitKeepCapsLocked|secbitNoCapAmbientRaise|secbitNoCapAmbientRaiseLocked, 0, 0, 0, 0); errno != 0 {
 		return fmt.Errorf("securebits: %w", errno)
@@ -992,6 +1006,10 @@ func dropCapabilities(sys threadSys) error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	if keepSetpcap {
+		data[0].Permitted = 1 << unix.CAP_SETPCAP
+		data[0].Effective = 1 << unix.CAP_SETPCAP
+	}
 	_, _, errno := sys(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0, 0, 0, 0)
 	runtime.KeepAlive(&hdr)
 	runtime.KeepAlive(&data)

@@ -349,7 +349,7 @@ func rootStage3(cfg *childConfig) {
 	unix.CloseOnExec(cfg.ExeFD)
 	inPlace := os.Getenv(ReexecEnv) == ""
 	if inPlace {
-		err := dropPrivileges(allThreads)
+		err := dropPrivileges(allThreads, false)
 		if errors.Is(err, syscall.ENOTSUP) {
 			// The first change already: nothing changed anywhere.
 			inPlace = false
@@ -358,7 +358,7 @@ func rootStage3(cfg *childConfig) {
 		}
 	}
 	if !inPlace {
-		if err := dropPrivileges(thisThread); err != nil {
+		if err := dropPrivileges(thisThread, false); err != nil {
 			fail(err)
 		}
 	}
