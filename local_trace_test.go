@@ -75,10 +75,29 @@ print(_facts())`
 // the agent would have started: the same credentials, capabilities,
 // no_new_privs, seccomp, fds, environment, cwd, limits, cgroup and
 // namespaces as a second context's kernel, which the agent starts.
+//
+// Both ways stage 1 becomes the agent: hardened in place (the default) and
+// re-executing (the fallback where it can't change every thread, forced
+// by local.ReexecEnv).
 func TestLocalKernelStartedEarly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
+	for _, reexec := range []bool{false, true} {
+		name, mark := "in place", "stage 1: seccomp loaded, in place"
+		if reexec {
+			name, mark = "re-exec", "stage 1: seccomp loaded, re-exec"
+		}
+		t.Run(name, func(t *testing.T) {
+			if reexec {
+				t.Setenv(local.ReexecEnv, "1")
+			}
+			kernelStartedEarly(t, mark)
+		})
+	}
+}
+
+func kernelStartedEarly(t *testing.T, mark string) {
 	t.Setenv(local.EarlyKernelEnv, "1")
 	ctx, sb, path := tracedSandbox(t)
 	first, err := sb.RunCode(ctx, kernelFacts)
@@ -128,6 +147,7 @@ func TestLocalKernelStartedEarly(t *testing.T) {
 		t.Fatalf("no %q in the trace:\n%s", step, b)
 		return -1
 	}
+	idx(mark)
 	// Marks are appended in time order (O_APPEND, one write each).
 	if k, s2 := idx("kernel: spawned"), idx("stage 2: start"); k > s2 {
 		t.Errorf("the default kernel was spawned after stage 2 started:\n%s", b)

@@ -407,7 +407,8 @@ func finishInPlace(cfg *childConfig) error {
 var (
 	earlyStart func() (state string, keep []*os.File)
 	earlyState string
-	earlyKeep  []*os.File
+	//lint:ignore U1000 never read: it only keeps the files reachable.
+	earlyKeep []*os.File
 )
 
 // SetEarlyStart makes stage 1 call f right before it becomes stage 2 (in

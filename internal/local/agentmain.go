@@ -148,6 +148,12 @@ func runAgent() int {
 // agent's re-exec and the root broker's two.
 const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
 
+// ReexecEnv, set (to anything) in the environment of the program that
+// creates local sandboxes, makes each sandbox's stage 1 and root broker
+// re-execute into their final stage, as they do where they can't harden
+// every thread in place (a cgo binary): the fallback's test hook.
+const ReexecEnv = isolate.ReexecEnv
+
 // agentConfigFD is the agent's config (a pipe from the supervisor; in
 // stage 2 a copy stage 1 made of what it read there).
 const agentConfigFD = 4
