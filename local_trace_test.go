@@ -76,9 +76,9 @@ print(_facts())`
 // no_new_privs, seccomp, fds, environment, cwd, limits, cgroup and
 // namespaces as a second context's kernel, which the agent starts.
 //
-// Both ways stage 1 becomes the agent: hardened in place (the default) and
-// re-executing (the fallback where it can't change every thread, forced
-// by local.ReexecEnv).
+// Both ways stage 1 becomes the agent (local.ReexecEnv): hardened in
+// place, and re-executing (the default, and the fallback where it can't
+// change every thread).
 func TestLocalKernelStartedEarly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
@@ -89,9 +89,7 @@ func TestLocalKernelStartedEarly(t *testing.T) {
 			name, mark = "re-exec", "stage 1: seccomp loaded, re-exec"
 		}
 		t.Run(name, func(t *testing.T) {
-			if reexec {
-				t.Setenv(local.ReexecEnv, "1")
-			}
+			t.Setenv(local.ReexecEnv, map[bool]string{false: "0", true: "1"}[reexec])
 			kernelStartedEarly(t, mark)
 		})
 	}

@@ -36,11 +36,12 @@ func IsChild() bool {
 //
 // The setup (stage 1) changes what is per-thread (the cgroup namespace,
 // securebits, every capability set, no_new_privs, the seccomp filter) on
-// every thread of the process at once (syscall.AllThreadsSyscall, TSYNC)
-// and goes on as the final stage in place; where the runtime can't (cgo),
-// it changes the calling thread and re-executes the binary, which calls
-// Child again: every thread of the new image is a copy of that one. In
-// place, it also does what the exec did: the fds it doesn't hand on are
+// the calling thread and re-executes the binary, which calls Child again:
+// every thread of the new image is a copy of that one. Where chosen
+// (ReexecEnv; not the default, see inPlaceByDefault) and where the runtime
+// can (not with cgo), it instead changes every thread of the process
+// (syscall.AllThreadsSyscall, TSYNC) and goes on as the final stage in
+// place, doing what the exec did: the fds it doesn't hand on are
 // closed, the environment is stage 2's, and the config's text in the
 // initial environment is wiped. On failure it reports the error to Start
 // and exits with status 1. In the final stage it returns nil with the
@@ -204,9 +205,13 @@ func stage1(cfg *childConfig) error {
 	// Only the fds Start passed (stdio, the caller's ExtraFiles, the
 	// binary, sync and status) may reach stage 2: any other fd the caller
 	// held without close-on-exec (inherited from whatever started it) would
-	// otherwise reach the agent and every process it starts. Closed, not
-	// only close-on-exec: stage 2 may be this same image.
-	if err := closeInherited(cfg.StatusFD + 1); err != nil {
+	// otherwise reach the agent and every process it starts. In place they
+	// are closed, not only close-on-exec: stage 2 may be this same image.
+	closeFDs := cloexecFrom
+	if wantInPlace() {
+		closeFDs = closeInherited
+	}
+	if err := closeFDs(cfg.StatusFD + 1); err != nil {
 		return fmt.Errorf("close inherited fds: %w", err)
 	}
 	// Wait until Start has put us into our cgroup.
@@ -276,7 +281,7 @@ func stage1(cfg *childConfig) error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("unshare cgroup namespace: %w", err)
 	}
-	inPlace := os.Getenv(ReexecEnv) == ""
+	inPlace := wantInPlace()
 	if inPlace {
 		ok, err := joinCgroupNSAllThreads()
 		if err != nil {
@@ -465,6 +470,25 @@ func runEarlyStart(forExec bool) (string, []*os.File, error) {
 	}
 	trace.Mark("stage 1: early start done")
 	return state, keep, nil
+}
+
+// cloexecFrom sets close-on-exec on every fd from first up.
+func cloexecFrom(first int) error {
+	err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	// Before Linux 5.11: one by one.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 func loopbackUp() error {
@@ -946,11 +970,34 @@ var (
 	allThreads threadSys = syscall.AllThreadsSyscall6
 )
 
-// ReexecEnv, set in a Spec's Env, makes stage 1 and the root broker
-// re-execute into their final stage as where the process can't change
-// every thread of its own (a cgo binary), instead of hardening in place:
-// the fallback's test hook.
+// ReexecEnv, in a Spec's Env, chooses how stage 1 and the root broker
+// reach their final stage: "1" re-executing (as where the process can't
+// change every thread of its own, a cgo binary), "0" hardened in place
+// (where it can); unset, inPlaceByDefault decides.
 const ReexecEnv = "CODE_SANDBOXES_ISOLATE_REEXEC"
+
+// inPlaceByDefault: hardening in place is not the default. It saves the
+// re-exec (a Go start of the binary: ~2 ms of CPU and ~950 page faults per
+// sandbox with the broker's) but costs ~45 rounds of AllThreadsSyscall,
+// each a stop of the world and a signal every thread must wake for: the
+// bounding set alone is 41 (one prctl per capability, on every thread).
+// That is ~60 us a round on an idle 2-core host and far more on a busy
+// one, where each round waits for every thread to be scheduled; measured
+// on a busy 2-core host it was no faster (bench -ab, same binary, B with
+// ReexecEnv=1: B-A -2.8 ms per pair, B faster). Flip it where a
+// measurement says otherwise.
+const inPlaceByDefault = false
+
+// wantInPlace reports whether to try hardening in place (ReexecEnv).
+func wantInPlace() bool {
+	switch os.Getenv(ReexecEnv) {
+	case "":
+		return inPlaceByDefault
+	case "0":
+		return true
+	}
+	return false
+}
 
 // joinCgroupNSAllThreads makes every thread join the calling thread's
 // cgroup namespace (just unshared): setns on each, which for the caller

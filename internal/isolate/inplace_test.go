@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
@@ -110,13 +112,30 @@ func TestEveryThreadHardened(t *testing.T) {
 			if os.Geteuid() == 0 {
 				spec.HostRootUID, spec.HostRootGID = RootModeHostUID-SandboxUID, RootModeHostGID-SandboxGID
 			}
-			env := []string{"ISOLATE_TEST_EARLY_THREADS=6"}
+			env := []string{"ISOLATE_TEST_EARLY_THREADS=6", ReexecEnv + "=0"}
 			if reexec {
-				env = append(env, ReexecEnv+"=1")
+				env[1] = ReexecEnv + "=1"
 			}
+			// A pipe this process holds without close-on-exec (as a
+			// caller may have inherited one): it must not reach the
+			// sandbox, as the binary's fd must not (the exec closed both).
+			var stray [2]int
+			if err := unix.Pipe2(stray[:], 0); err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(stray[0])
+			defer unix.Close(stray[1])
+			strayLink, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", stray[0]))
+			self, _ := os.Executable()
 			p, out := startSandbox(t, spec, "threads", env...)
 			waitReady(t, out)
 			checkSandboxThreads(t, p, spec.HostRootUID > 0)
+			fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", p.Pid))
+			for _, fd := range fds {
+				if l, _ := os.Readlink(fd); l == strayLink || l == self {
+					t.Errorf("the init holds %s at %s", l, fd)
+				}
+			}
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid))
 			if err != nil {
 				t.Fatal(err)

@@ -22,7 +22,8 @@ package isolate
 // No process of the sandbox can setuid(0) (none holds CAP_SETUID), so root's
 // processes come from a broker: stage 1 starts it as uid 0 before dropping
 // its own capabilities; it hardens itself as stage 1 does (stage 3: every
-// thread in place, or, with cgo or ReexecEnv, this thread and a re-exec)
+// thread in place where chosen (ReexecEnv) and possible, else this thread
+// and a re-exec)
 // and listens on RootSocket (stage 4). `sudo` (SudoPath, this
 // binary bound read-only) asks it to start a command as root with the
 // caller's stdin, stdout and stderr, relays signals and exits as the command
@@ -335,10 +336,11 @@ func cloexecInherited() (func(), error) {
 	}, nil
 }
 
-// rootStage3 hardens the broker as stage 1 hardens itself: in place, on
-// every thread, then it goes on as stage 4; where it can't change every
-// thread (cgo, or ReexecEnv) on this one, then it re-executes (stage 4) so
-// that every thread has the result. Never returns.
+// rootStage3 hardens the broker as stage 1 hardens itself: in place (where
+// chosen, ReexecEnv) on every thread, then it goes on as stage 4; else, or
+// where it can't change every thread (cgo), on this one, then it
+// re-executes (stage 4) so that every thread has the result. Never
+// returns.
 func rootStage3(cfg *childConfig) {
 	runtime.LockOSThread()
 	st := os.NewFile(uintptr(cfg.StatusFD), "status")
@@ -347,7 +349,7 @@ func rootStage3(cfg *childConfig) {
 		os.Exit(1)
 	}
 	unix.CloseOnExec(cfg.ExeFD)
-	inPlace := os.Getenv(ReexecEnv) == ""
+	inPlace := wantInPlace()
 	if inPlace {
 		err := dropPrivileges(allThreads, false)
 		if errors.Is(err, syscall.ENOTSUP) {

@@ -148,10 +148,11 @@ func runAgent() int {
 // agent's re-exec and the root broker's two.
 const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
 
-// ReexecEnv, set (to anything) in the environment of the program that
-// creates local sandboxes, makes each sandbox's stage 1 and root broker
-// re-execute into their final stage, as they do where they can't harden
-// every thread in place (a cgo binary): the fallback's test hook.
+// ReexecEnv, in the environment of the program that creates local
+// sandboxes, chooses how each sandbox's stage 1 and root broker reach
+// their final stage: "0" hardened in place (every thread at once, where
+// the binary can: not with cgo), "1" re-executing; unset, isolate's
+// default (re-executing: see isolate.inPlaceByDefault for why).
 const ReexecEnv = isolate.ReexecEnv
 
 // agentConfigFD is the agent's config (a pipe from the supervisor; in
