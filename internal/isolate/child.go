@@ -83,12 +83,12 @@ func ChildAsync() (ready func() error, err error) {
 	case 3:
 		rootStage3(&cfg) // never returns
 	case 4:
-		rootStage4(&cfg) // never returns
+		rootStage4(&cfg, nil) // never returns
 	}
 	if cfg.Stage == 2 {
 		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
-		return stage2(&cfg), nil
+		return stage2(&cfg, os.NewFile(uintptr(cfg.StatusFD), "status")), nil
 	}
 
 	// Stage 1. Every per-thread change (cgroup namespace, capabilities,
@@ -111,7 +111,13 @@ func ChildAsync() (ready func() error, err error) {
 			fmt.Fprintf(st, "error: %v\n", err)
 			os.Exit(1)
 		}
-		return stage2(&cfg), nil
+		if os.Getenv(gcAfterBrokerEnv) != "" {
+			gcNow() // the test's way to find what only a finalizer closes
+		}
+		// The same *os.File: a second one for the fd would leave this one
+		// unreachable, and its finalizer would close the fd under stage 2
+		// (Start then sees EOF, no "ready", and kills the sandbox).
+		return stage2(&cfg, st), nil
 	}
 	fmt.Fprintf(st, "error: %v\n", err)
 	os.Exit(1)
@@ -166,9 +172,17 @@ func wipeInitialEnv(key string) error {
 	return nil
 }
 
+// gcNow collects garbage and gives the finalizers it queued time to run
+// (gcAfterBrokerEnv).
+func gcNow() {
+	runtime.GC()
+	time.Sleep(20 * time.Millisecond)
+}
+
 // stage2 finishes the start as the sandboxed process (after stage 1's
-// re-exec, or in place): it returns ChildAsync's ready.
-func stage2(cfg *childConfig) func() error {
+// re-exec, or in place): it returns ChildAsync's ready. st is the status
+// fd's one *os.File in this image.
+func stage2(cfg *childConfig, st *os.File) func() error {
 	rootConfigured = cfg.RootUser
 	earlyState = cfg.Early
 	// Both came through stage 1 (its exec, or in place) without
@@ -177,7 +191,6 @@ func stage2(cfg *childConfig) func() error {
 	if cfg.BrokerFD > 2 {
 		unix.CloseOnExec(cfg.BrokerFD)
 	}
-	st := os.NewFile(uintptr(cfg.StatusFD), "status")
 	return func() error {
 		if cfg.BrokerFD > 2 {
 			// The broker's start overlapped ours; the sandbox is ready
@@ -319,8 +332,7 @@ func stage1(cfg *childConfig) error {
 		if os.Getenv(gcAfterBrokerEnv) != "" {
 			// A test's way to run the finalizers of whatever the broker's
 			// start left unreachable before the re-exec needs its fds.
-			runtime.GC()
-			time.Sleep(20 * time.Millisecond)
+			gcNow()
 		}
 	}
 	// This thread first, raw. In place it keeps CAP_SETPCAP in its

@@ -154,7 +154,8 @@ func sudoOnPath() error {
 }
 
 // gcAfterBrokerEnv, set in a Spec's Env, makes stage 1 collect garbage
-// right after starting the broker (TestRootUserUnderGC).
+// right after starting the broker, and again, in place, once it is stage
+// 2, as the broker does once it is stage 4 (TestRootUserUnderGC).
 const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
 
 // slowBrokerEnv, set in a Spec's Env, makes the root broker wait before it
@@ -371,7 +372,7 @@ func rootStage3(cfg *childConfig) {
 	if inPlace {
 		// What the exec would have closed: the binary's fd.
 		unix.Close(cfg.ExeFD)
-		rootStage4(cfg)
+		rootStage4(cfg, st)
 	}
 	j, _ := json.Marshal(cfg)
 	env := []string{envKey + "=" + string(j)}
@@ -385,9 +386,16 @@ func rootStage3(cfg *childConfig) {
 }
 
 // rootStage4 is the broker: it serves RootSocket until the sandbox ends.
-func rootStage4(cfg *childConfig) {
+// st is stage 3's *os.File of the status fd when it went on in place (one
+// per image: another's finalizer would close the fd), nil after a re-exec.
+func rootStage4(cfg *childConfig, st *os.File) {
 	os.Unsetenv(envKey)
-	st := os.NewFile(uintptr(cfg.StatusFD), "status")
+	if st == nil {
+		st = os.NewFile(uintptr(cfg.StatusFD), "status")
+	}
+	if os.Getenv(gcAfterBrokerEnv) != "" {
+		gcNow()
+	}
 	// Nothing of it for user code (root too) to read or rewrite.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fmt.Fprintf(st, "error: dumpable: %v\n", err)
