@@ -32,7 +32,10 @@ func TestLocalTraceTimeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, step := range []string{"create: start", "shim: inits done", "stage 1: seccomp loaded, re-exec", "stage 2: start", "agent: kernel start begun", "agent: reported ready", "agent: serving", "kernel: spawned", "create: healthy"} {
+	if !strings.Contains(string(b), " stage 1: seccomp loaded, in place\n") && !strings.Contains(string(b), " stage 1: seccomp loaded, re-exec\n") {
+		t.Errorf("no \"stage 1: seccomp loaded\" (in place or re-exec) in the trace:\n%s", b)
+	}
+	for _, step := range []string{"create: start", "shim: inits done", "stage 2: start", "agent: kernel start begun", "agent: reported ready", "agent: serving", "kernel: spawned", "create: healthy"} {
 		if !strings.Contains(string(b), " "+step+"\n") {
 			t.Errorf("no %q in the trace:\n%s", step, b)
 		}
@@ -72,10 +75,27 @@ print(_facts())`
 // the agent would have started: the same credentials, capabilities,
 // no_new_privs, seccomp, fds, environment, cwd, limits, cgroup and
 // namespaces as a second context's kernel, which the agent starts.
+//
+// Both ways stage 1 becomes the agent (local.ReexecEnv): hardened in
+// place, and re-executing (the default, and the fallback where it can't
+// change every thread).
 func TestLocalKernelStartedEarly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
+	for _, reexec := range []bool{false, true} {
+		name, mark := "in place", "stage 1: seccomp loaded, in place"
+		if reexec {
+			name, mark = "re-exec", "stage 1: seccomp loaded, re-exec"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(local.ReexecEnv, map[bool]string{false: "0", true: "1"}[reexec])
+			kernelStartedEarly(t, mark)
+		})
+	}
+}
+
+func kernelStartedEarly(t *testing.T, mark string) {
 	t.Setenv(local.EarlyKernelEnv, "1")
 	ctx, sb, path := tracedSandbox(t)
 	first, err := sb.RunCode(ctx, kernelFacts)
@@ -125,6 +145,7 @@ func TestLocalKernelStartedEarly(t *testing.T) {
 		t.Fatalf("no %q in the trace:\n%s", step, b)
 		return -1
 	}
+	idx(mark)
 	// Marks are appended in time order (O_APPEND, one write each).
 	if k, s2 := idx("kernel: spawned"), idx("stage 2: start"); k > s2 {
 		t.Errorf("the default kernel was spawned after stage 2 started:\n%s", b)

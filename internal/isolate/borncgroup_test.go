@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -27,6 +28,24 @@ import (
 // goroutine gets the main thread if nothing stops it) and reports its main
 // thread's ids and cgroups after.
 func testMainEarly() {
+	if n, _ := strconv.Atoi(os.Getenv("ISOLATE_TEST_EARLY_THREADS")); n > 0 && IsChild() {
+		// Threads made before stage 1 hardens the process (in place, it
+		// must change them too): locked goroutines each take an M of
+		// their own, which stays idle for reuse once unlocked.
+		var wg sync.WaitGroup
+		hold := make(chan struct{})
+		for range n {
+			wg.Add(1)
+			go func() {
+				runtime.LockOSThread()
+				wg.Done()
+				<-hold
+				runtime.UnlockOSThread()
+			}()
+		}
+		wg.Wait()
+		close(hold)
+	}
 	if v, ok := os.LookupEnv(envKey); ok && os.Getenv("ISOLATE_TEST_EARLY_CGROUP") != "" {
 		var cfg childConfig
 		if json.Unmarshal([]byte(v), &cfg) == nil && cfg.Stage == 1 {

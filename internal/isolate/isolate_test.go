@@ -62,6 +62,8 @@ func childMain(mode string) int {
 		return runChecks()
 	case "exit7":
 		return 7
+	case "threads":
+		return runThreadChecks()
 	case "rootfs-checks":
 		return runChecks() + runRootfsChecks()
 	case "root-user":

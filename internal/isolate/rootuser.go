@@ -21,8 +21,10 @@ package isolate
 //
 // No process of the sandbox can setuid(0) (none holds CAP_SETUID), so root's
 // processes come from a broker: stage 1 starts it as uid 0 before dropping
-// its own capabilities; it hardens itself as stage 1 does (stage 3) and
-// re-executes (stage 4) to listen on RootSocket. `sudo` (SudoPath, this
+// its own capabilities; it hardens itself as stage 1 does (stage 3: every
+// thread in place where chosen (ReexecEnv) and possible, else this thread
+// and a re-exec)
+// and listens on RootSocket (stage 4). `sudo` (SudoPath, this
 // binary bound read-only) asks it to start a command as root with the
 // caller's stdin, stdout and stderr, relays signals and exits as the command
 // did. Anyone in the sandbox may ask, as E2B's user has passwordless sudo:
@@ -152,7 +154,8 @@ func sudoOnPath() error {
 }
 
 // gcAfterBrokerEnv, set in a Spec's Env, makes stage 1 collect garbage
-// right after starting the broker (TestRootUserUnderGC).
+// right after starting the broker, and again, in place, once it is stage
+// 2, as the broker does once it is stage 4 (TestRootUserUnderGC).
 const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
 
 // slowBrokerEnv, set in a Spec's Env, makes the root broker wait before it
@@ -334,8 +337,11 @@ func cloexecInherited() (func(), error) {
 	}, nil
 }
 
-// rootStage3 hardens the broker as stage 1 hardens itself, then re-executes
-// it (stage 4) so that every thread has the result. Never returns.
+// rootStage3 hardens the broker as stage 1 hardens itself: in place (where
+// chosen, ReexecEnv) on every thread, then it goes on as stage 4; else, or
+// where it can't change every thread (cgo), on this one, then it
+// re-executes (stage 4) so that every thread has the result. Never
+// returns.
 func rootStage3(cfg *childConfig) {
 	runtime.LockOSThread()
 	st := os.NewFile(uintptr(cfg.StatusFD), "status")
@@ -344,16 +350,30 @@ func rootStage3(cfg *childConfig) {
 		os.Exit(1)
 	}
 	unix.CloseOnExec(cfg.ExeFD)
-	if err := dropCapabilities(); err != nil {
-		fail(err)
+	inPlace := wantInPlace()
+	if inPlace {
+		err := dropPrivileges(allThreads, false)
+		if errors.Is(err, syscall.ENOTSUP) {
+			// The first change already: nothing changed anywhere.
+			inPlace = false
+		} else if err != nil {
+			fail(err)
+		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		fail(fmt.Errorf("no_new_privs: %w", err))
+	if !inPlace {
+		if err := dropPrivileges(thisThread, false); err != nil {
+			fail(err)
+		}
 	}
-	if err := loadSeccomp(); err != nil {
+	if err := loadSeccomp(inPlace); err != nil {
 		fail(err)
 	}
 	cfg.Stage = 4
+	if inPlace {
+		// What the exec would have closed: the binary's fd.
+		unix.Close(cfg.ExeFD)
+		rootStage4(cfg, st)
+	}
 	j, _ := json.Marshal(cfg)
 	env := []string{envKey + "=" + string(j)}
 	for _, kv := range os.Environ() {
@@ -366,9 +386,16 @@ func rootStage3(cfg *childConfig) {
 }
 
 // rootStage4 is the broker: it serves RootSocket until the sandbox ends.
-func rootStage4(cfg *childConfig) {
+// st is stage 3's *os.File of the status fd when it went on in place (one
+// per image: another's finalizer would close the fd), nil after a re-exec.
+func rootStage4(cfg *childConfig, st *os.File) {
 	os.Unsetenv(envKey)
-	st := os.NewFile(uintptr(cfg.StatusFD), "status")
+	if st == nil {
+		st = os.NewFile(uintptr(cfg.StatusFD), "status")
+	}
+	if os.Getenv(gcAfterBrokerEnv) != "" {
+		gcNow()
+	}
 	// Nothing of it for user code (root too) to read or rewrite.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		fmt.Fprintf(st, "error: dumpable: %v\n", err)

@@ -316,12 +316,17 @@ func TestRootBrokerFails(t *testing.T) {
 // *os.File wrapping it did, from its finalizer, when a GC ran at the wrong
 // time: "re-exec /proc/self/fd/5: no such file or directory" in CI).
 // gcAfterBrokerEnv makes stage 1 collect right after the broker starts.
+//
+// Hardened in place, stage 2 and the broker's stage 4 are the same image
+// as stages 1 and 3: one *os.File per fd (a second one's finalizer closed
+// the status fd under stage 2: Start saw EOF and killed the sandbox,
+// "killed by signal 9" in the local tests). Both ways.
 func TestRootUserUnderGC(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testdep.Require(t, false, "a root user needs a root caller")
 	}
-	for range 5 {
-		p, out := startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID}, "exit7", gcAfterBrokerEnv+"=1")
+	for i := range 6 {
+		p, out := startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID}, "exit7", gcAfterBrokerEnv+"=1", ReexecEnv+"="+strconv.Itoa(i%2))
 		io.Copy(io.Discard, out)
 		if info, err := p.Wait(); err != nil || info.ExitCode != 7 {
 			t.Fatalf("Wait: %+v %v", info, err)

@@ -96,9 +96,14 @@ func seccompRules() seccompRuleSet {
 	return r
 }
 
-// loadSeccomp installs the filter on the calling thread (stage 1 then execs,
-// so the whole sandbox inherits it). no_new_privs must already be set.
-func loadSeccomp() error {
+// loadSeccomp installs the filter on the calling thread (stage 1 then
+// execs, so the whole sandbox inherits it) or, allThreads, on every thread
+// of the process (TSYNC: hardened in place). no_new_privs must already be
+// set (on every thread).
+func loadSeccomp(allThreads bool) error {
+	if allThreads {
+		return installSeccomp(unix.SECCOMP_FILTER_FLAG_TSYNC)
+	}
 	return installSeccomp(0)
 }
 

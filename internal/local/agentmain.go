@@ -148,6 +148,13 @@ func runAgent() int {
 // agent's re-exec and the root broker's two.
 const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
 
+// ReexecEnv, in the environment of the program that creates local
+// sandboxes, chooses how each sandbox's stage 1 and root broker reach
+// their final stage: "0" hardened in place (every thread at once, where
+// the binary can: not with cgo), "1" re-executing; unset, isolate's
+// default (re-executing: see isolate.inPlaceByDefault for why).
+const ReexecEnv = isolate.ReexecEnv
+
 // agentConfigFD is the agent's config (a pipe from the supervisor; in
 // stage 2 a copy stage 1 made of what it read there).
 const agentConfigFD = 4
@@ -220,8 +227,16 @@ func startKernelEarly() (string, []*os.File) {
 	es.Pid, es.FDs = e.Pid(), e.FDs()
 	j, _ := json.Marshal(es)
 	files := e.Files()
+	// Stage 2 may be this same image (isolate hardened stage 1 in place):
+	// then it takes e itself, with its own ends of the kernel's pipes,
+	// rather than adopt the fds a second time.
+	startedEarly = e
 	return string(j), files[:]
 }
+
+// startedEarly is the kernel startKernelEarly started in this image (nil
+// after the re-exec into stage 2, which adopts it by its pid and fds).
+var startedEarly *kernel.Early
 
 // takeAgentConfig reads the agent's config from its pipe (stage 1) and
 // puts a copy in its place for stage 2 (a memfd at the same fd, read
@@ -278,6 +293,12 @@ func adoptKernelEarly() (*kernel.Early, earlyState) {
 	}
 	if es.Pid <= 0 {
 		return nil, earlyState{Bytecode: es.Bytecode}
+	}
+	if e := startedEarly; e != nil && e.Pid() == es.Pid {
+		// Stage 1 became stage 2 in place: the kernel is ours already.
+		startedEarly = nil
+		trace.Mark("agent: early kernel taken in place")
+		return e, es
 	}
 	e, err := kernel.AdoptEarly(es.Pid, es.FDs)
 	if err != nil {

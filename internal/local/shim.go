@@ -207,8 +207,10 @@ func runShim() int {
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
 	}
-	if v, ok := os.LookupEnv(EarlyKernelEnv); ok {
-		ispec.Env = append(ispec.Env, EarlyKernelEnv+"="+v)
+	for _, k := range []string{EarlyKernelEnv, ReexecEnv} {
+		if v, ok := os.LookupEnv(k); ok {
+			ispec.Env = append(ispec.Env, k+"="+v)
+		}
 	}
 	if r.HostUID != 0 {
 		// A root user inside (isolate's rootuser.go), as E2B's sudo and

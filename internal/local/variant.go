@@ -256,7 +256,7 @@ const defaultPids = 1024
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env, stateDirEnv, checkpointTimeoutEnv, EarlyKernelEnv} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env, stateDirEnv, checkpointTimeoutEnv, EarlyKernelEnv, ReexecEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
