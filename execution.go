@@ -276,12 +276,34 @@ func (e *Execution) Success() bool {
 // Duration is how long the execution took.
 func (e *Execution) Duration() time.Duration { return e.CompletedAt.Sub(e.StartedAt) }
 
+// plainJSONString decodes a JSON string whose inside is printable ASCII
+// without a quote or a backslash (a result's text is, most of the time: 42,
+// 'abc', <Figure ...>) without encoding/json, which took 2.0-3.7 µs and 6
+// allocations of every round trip's result here (0.7-1.1 µs and 4 with it,
+// the whole resultFromFields); anything else reports false.
+func plainJSONString(raw json.RawMessage) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return "", false
+	}
+	in := raw[1 : len(raw)-1]
+	for _, c := range in {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return "", false
+		}
+	}
+	return string(in), true
+}
+
 func resultFromFields(fields map[string]json.RawMessage, extra map[string]json.RawMessage, main bool) Result {
 	r := Result{Data: map[string]any{}, IsMainResult: main}
 	for f, raw := range fields {
 		mime, ok := fieldMIME[f]
 		if !ok {
 			mime = f
+		}
+		if t, ok := plainJSONString(raw); ok {
+			r.Data[mime] = t
+			continue
 		}
 		var v any
 		if json.Unmarshal(raw, &v) == nil {
