@@ -28,14 +28,19 @@ import (
 // exits without unlocking takes its thread with it. Such a goroutine runs
 // on the thread that holds the scheduler when Shed blocks; when that thread
 // ends, the scheduler moves to an idle thread if there is one, else to a
-// new one, so Shed stops at the first attempt that leaves the count of
-// threads where it was. The main thread is never ended (the runtime would
-// park it for good instead): Shed keeps it aside, locked, while it works.
+// new one (no loss: one thread ended, one started), so Shed stops after a
+// few attempts in a row that leave the count of threads where it was. The
+// main thread is never ended (the runtime would park it for good instead):
+// Shed keeps it aside, locked, while it works.
 func Shed(limit int) int {
+	// One P while it works: with more, the exiting goroutine's thread may
+	// hand its P to no one (another thread is already looking for work),
+	// and which thread runs what is no longer the sequence above.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	self := os.Getpid()
 	release := make(chan struct{})
 	defer close(release)
-	ended, pinned := 0, false
+	ended, misses, pinned := 0, 0, false
 	for ended < limit {
 		before := tasks()
 		if before < 0 {
@@ -62,10 +67,19 @@ func Shed(limit int) int {
 			pinned = true
 			continue
 		}
-		if !gone(tid) || tasks() >= before {
+		if !gone(tid) {
 			return ended
 		}
-		ended++
+		if tasks() >= before {
+			// No idle thread took over (or something else started one
+			// meanwhile): the attempt cost nothing but a thread's start,
+			// so a few more are tried before giving up.
+			if misses++; misses == 3 {
+				return ended
+			}
+			continue
+		}
+		ended, misses = ended+1, 0
 	}
 	return ended
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestShedEndsIdleThreads: threads a burst left idle are ended, the main
@@ -14,19 +15,26 @@ func TestShedEndsIdleThreads(t *testing.T) {
 	const n = 12
 	// n goroutines locked at once hold n threads; unlocked, the threads
 	// stay in the runtime's idle list.
-	var wg sync.WaitGroup
+	var locked, unlocked sync.WaitGroup
 	hold := make(chan struct{})
 	for range n {
-		wg.Add(1)
+		locked.Add(1)
+		unlocked.Add(1)
 		go func() {
+			defer unlocked.Done()
 			runtime.LockOSThread()
-			wg.Done()
+			locked.Done()
 			<-hold
 			runtime.UnlockOSThread()
 		}()
 	}
-	wg.Wait()
+	locked.Wait()
 	close(hold)
+	// Shed is for a quiet process: let the goroutines end and their
+	// threads park (no deadline asserted; a thread not yet parked only
+	// makes Shed end fewer).
+	unlocked.Wait()
+	time.Sleep(20 * time.Millisecond)
 	before := tasks()
 	ended := Shed(2 * n)
 	after := tasks()
