@@ -104,12 +104,17 @@ type Server struct {
 // It also starts a few OS threads up front and parks them: the sandbox's pids
 // limit counts threads, and an agent that needs a new thread for a blocking
 // syscall while a fork bomb holds every pid would die ("failed to create new
-// OS thread") instead of reporting the bomb.
+// OS thread") instead of reporting the bomb. Four, not the eight it kept
+// before: with a fork bomb holding every pid under a 0.5 CPU quota, sixteen
+// concurrent RunCode and file writes ran on 4-5 distinct agent threads in
+// all (sysmon and the poller's included), and every spare is a thread per
+// idle sandbox on the host (issue 17: pids, kernel stacks, pivot_root's
+// walk over every thread). TestLocalIdleThreads bounds the agent's threads.
 func SingleThreaded() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
-	const spare = 8
+	const spare = 4
 	var wg sync.WaitGroup
 	hold := make(chan struct{})
 	for i := 0; i < spare; i++ {

@@ -62,6 +62,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/pidwait"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
@@ -503,6 +504,9 @@ func orDefault(v, d int64) int64 {
 // recorded by its cgroup. It may be called several times.
 func (p *Process) Wait() (ExitInfo, error) {
 	p.waitOnce.Do(func() {
+		// The supervisor waits here for the sandbox's whole life: on the
+		// poller (a pidfd), not with a thread blocked in waitid.
+		pidwait.Exited(p.cmd.Process.Pid)
 		err := p.cmd.Wait()
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/pidwait"
 )
 
 // pidfdProc is an adopted kernel (AdoptEarly): a child of this process that
@@ -41,6 +43,7 @@ func (p *pidfdProc) kill() error {
 func (p *pidfdProc) wait() error {
 	var ws syscall.WaitStatus
 	var err error
+	pidwait.Exited(p.pid) // on the poller, not a thread blocked in wait4
 	for {
 		_, err = syscall.Wait4(p.pid, &ws, 0, nil)
 		if !errors.Is(err, syscall.EINTR) {

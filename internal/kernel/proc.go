@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/pidwait"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
@@ -251,6 +252,9 @@ func (o osProc) kill() error { return o.p.Kill() }
 // wait reaps the process as exec.Cmd.Wait would: an *exec.ExitError
 // unless it exited with status 0.
 func (o osProc) wait() error {
+	// A kernel lives as long as its sandbox: wait on the poller, not
+	// with a thread blocked in waitid (pidwait).
+	pidwait.Exited(o.p.Pid)
 	st, err := o.p.Wait()
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
+	"github.com/code-sandboxes/code-sandboxes/internal/idlethreads"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
@@ -290,8 +291,12 @@ func runShim() int {
 	report(shimReport{OK: true, AgentPid: proc.Pid})
 	trace.Mark("shim: reported")
 	// From here on the supervisor mostly sleeps, one per sandbox: give back
-	// what start-up (the program's package inits included) left on the heap.
-	go debug.FreeOSMemory()
+	// what start-up (the program's package inits included) left on the heap,
+	// and the threads its blocking syscalls (the sandbox's start) left idle.
+	go func() {
+		debug.FreeOSMemory()
+		idlethreads.Shed(16)
+	}()
 	return supervise(dir, proc, netw, owner, func() {
 		ln.Close()
 		// Close the log before the directory goes: on a busy disk the close can
