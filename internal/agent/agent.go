@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
+	"github.com/code-sandboxes/code-sandboxes/internal/idlethreads"
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
 	"github.com/code-sandboxes/code-sandboxes/internal/secs"
 )
@@ -114,22 +115,7 @@ func SingleThreaded() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(1)
 	}
-	const spare = 4
-	var wg sync.WaitGroup
-	hold := make(chan struct{})
-	for i := 0; i < spare; i++ {
-		wg.Add(1)
-		go func() {
-			// Locked goroutines each need their own M; unlocking returns
-			// it to the runtime's idle list, where it stays for reuse.
-			runtime.LockOSThread()
-			wg.Done()
-			<-hold
-			runtime.UnlockOSThread()
-		}()
-	}
-	wg.Wait()
-	close(hold)
+	idlethreads.Keep(4)
 }
 
 // New builds an agent; Serve runs it.

@@ -4,36 +4,19 @@ package idlethreads
 
 import (
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 )
 
 // TestShedEndsIdleThreads: threads a burst left idle are ended, the main
 // thread is not, and the program still runs (and can start threads) after.
+// Keep makes the idle threads (12 at once).
 func TestShedEndsIdleThreads(t *testing.T) {
 	const n = 12
-	// n goroutines locked at once hold n threads; unlocked, the threads
-	// stay in the runtime's idle list.
-	var locked, unlocked sync.WaitGroup
-	hold := make(chan struct{})
-	for range n {
-		locked.Add(1)
-		unlocked.Add(1)
-		go func() {
-			defer unlocked.Done()
-			runtime.LockOSThread()
-			locked.Done()
-			<-hold
-			runtime.UnlockOSThread()
-		}()
-	}
-	locked.Wait()
-	close(hold)
+	Keep(n)
 	// Shed is for a quiet process: let the goroutines end and their
 	// threads park (no deadline asserted; a thread not yet parked only
 	// makes Shed end fewer).
-	unlocked.Wait()
 	time.Sleep(20 * time.Millisecond)
 	before := tasks()
 	ended := Shed(2 * n)

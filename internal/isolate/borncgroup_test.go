@@ -12,12 +12,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/idlethreads"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
@@ -32,19 +32,7 @@ func testMainEarly() {
 		// Threads made before stage 1 hardens the process (in place, it
 		// must change them too): locked goroutines each take an M of
 		// their own, which stays idle for reuse once unlocked.
-		var wg sync.WaitGroup
-		hold := make(chan struct{})
-		for range n {
-			wg.Add(1)
-			go func() {
-				runtime.LockOSThread()
-				wg.Done()
-				<-hold
-				runtime.UnlockOSThread()
-			}()
-		}
-		wg.Wait()
-		close(hold)
+		idlethreads.Keep(n)
 	}
 	if v, ok := os.LookupEnv(envKey); ok && os.Getenv("ISOLATE_TEST_EARLY_CGROUP") != "" {
 		var cfg childConfig
