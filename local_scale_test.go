@@ -137,21 +137,11 @@ func TestLocalIdleThreads(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
-	sb, err := sandboxes.Create(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
+	sb, rec := oneLocalSandbox(ctx, t)
 	if ex, err := sb.RunCode(ctx, "1 + 1"); err != nil || ex.Text() != "2" {
 		t.Fatalf("RunCode: %v %v", ex, err)
 	}
-	recs := poolRecords(t, rt)
-	if len(recs) != 1 || recs[0].ShimPid <= 0 || recs[0].AgentPid <= 0 {
-		t.Fatalf("records %+v", recs)
-	}
-	shim, agent := strconv.Itoa(recs[0].ShimPid), strconv.Itoa(recs[0].AgentPid)
+	shim, agent := strconv.Itoa(rec.ShimPid), strconv.Itoa(rec.AgentPid)
 	// The supervisor sheds its idle threads once it has reported ready
 	// (idlethreads.Shed): it keeps the main thread, the runtime's sysmon and
 	// template thread, the one in epoll_wait, and the one the runtime
@@ -190,18 +180,8 @@ func TestLocalSupervisorReaped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
-	sb, err := sandboxes.Create(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	recs := poolRecords(t, rt)
-	if len(recs) != 1 || recs[0].ShimPid <= 0 {
-		t.Fatalf("records %+v", recs)
-	}
-	pid := recs[0].ShimPid
+	_, rec := oneLocalSandbox(ctx, t)
+	pid := rec.ShimPid
 	if st, ppid := procState(pid); st == "" || st == "Z" || ppid != os.Getpid() {
 		t.Fatalf("supervisor %d: state %q, parent %d before the kill (we are %d)", pid, st, ppid, os.Getpid())
 	}
@@ -234,4 +214,22 @@ func procState(pid int) (string, int) {
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	return f[0], ppid
+}
+
+// oneLocalSandbox creates a local sandbox in a runtime directory of its own
+// (closed at the test's end) and returns it with its record, which names
+// its supervisor's and agent's pids.
+func oneLocalSandbox(ctx context.Context, t *testing.T) (*sandboxes.Sandbox, poolRecord) {
+	t.Helper()
+	rt := poolRuntimeDir(t)
+	sb, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Close() })
+	recs := poolRecords(t, rt)
+	if len(recs) != 1 || recs[0].ShimPid <= 0 || recs[0].AgentPid <= 0 {
+		t.Fatalf("records %+v", recs)
+	}
+	return sb, recs[0]
 }
