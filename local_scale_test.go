@@ -125,11 +125,12 @@ func threadsInWaitOf(t *testing.T, proc string) int {
 
 // TestLocalIdleThreads: an idle sandbox's supervisor and agent hold no
 // thread blocked waiting for a child (the sandbox's init, the Python
-// kernel: both are awaited on the runtime's poller, through pidfds), and the
-// supervisor gives back the threads its busy start left idle. Every thread
-// on the host is a pid and a kernel stack, and lengthens every later
-// sandbox's pivot_root (issue 17's scale run: 26 threads per idle sandbox,
-// the supervisor's 7 of them). The agent keeps a few spare threads (see
+// kernel: both are awaited on the runtime's poller, through pidfds). Every
+// thread on the host is a pid and a kernel stack, and lengthens every later
+// sandbox's pivot_root (issue 17's scale run: 26 threads per idle sandbox).
+// The counts themselves depend on how busy the host was while the sandbox
+// started (each blocking syscall then may get a thread that stays idle), so
+// they are only bounded loosely; the agent keeps a few spare threads (see
 // agent.SingleThreaded): they are what lets it survive a fork bomb.
 func TestLocalIdleThreads(t *testing.T) {
 	if testing.Short() {
@@ -142,24 +143,17 @@ func TestLocalIdleThreads(t *testing.T) {
 		t.Fatalf("RunCode: %v %v", ex, err)
 	}
 	shim, agent := strconv.Itoa(rec.ShimPid), strconv.Itoa(rec.AgentPid)
-	// The supervisor sheds its idle threads once it has reported ready
-	// (idlethreads.Shed): it keeps the main thread, the runtime's sysmon and
-	// template thread, the one in epoll_wait, and the one the runtime
-	// starts when the last thread Shed ends had no idle one to hand over
-	// to: 5 with cmd/code-sandboxes-sandbox, 6 with this test binary
-	// re-executed, one more when a syscall of its own (a file read, slow
-	// on a loaded host) got a thread after Shed. (The old supervisor had
-	// 6-7, one of them blocked in waitid: checked below.)
-	const shimMax = 7
 	threads := func(proc string) int {
 		ents, _ := os.ReadDir("/proc/" + proc + "/task")
 		return len(ents)
 	}
-	waitFor(t, fmt.Sprintf("the supervisor down to %d threads (it has %d)", shimMax, threads(shim)), func() bool { return threads(shim) <= shimMax })
-	// The agent: main thread, sysmon, template thread, poller, and
-	// agent.SingleThreaded's 4 spares and what start-up left idle: 10-12
-	// (with 8 spares it had 14-16).
-	const agentMax = 13
+	// Supervisor: main thread, sysmon, the poller's and what its start
+	// left idle (5-7 seen). Agent: those and agent.SingleThreaded's 4
+	// spares (10-14 seen; with 8 spares it had 14-16).
+	const shimMax, agentMax = 9, 16
+	if n := threads(shim); n > shimMax {
+		t.Errorf("the idle supervisor has %d threads, want at most %d", n, shimMax)
+	}
 	if n := threads(agent); n > agentMax {
 		t.Errorf("the idle agent has %d threads, want at most %d", n, agentMax)
 	}
