@@ -36,6 +36,24 @@ func readCount(t *testing.T, sb *sandboxes.Sandbox) int {
 	return n
 }
 
+// counterAdvances reads the counter, then reads it again until it has gone
+// past that (it ticks every 50 ms) or 10 s have passed; it returns the
+// first and last values read. A bounded wait rather than one fixed sleep:
+// under gVisor's ptrace platform on a loaded host one tick (a fork and exec
+// of sleep and of mv) can take longer than a few hundred ms, and a single
+// look then says "stopped" of a counter that runs.
+func counterAdvances(t *testing.T, sb *sandboxes.Sandbox) (first, last int) {
+	t.Helper()
+	first = readCount(t, sb)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if last = readCount(t, sb); last > first || time.Now().After(deadline) {
+			return first, last
+		}
+	}
+}
+
 // sandboxCgroups are the cgroup directories the local sandbox runs in.
 func sandboxCgroups(t *testing.T, id string) []string {
 	t.Helper()
@@ -98,9 +116,7 @@ func TestLocalGVisorPauseResume(t *testing.T) {
 	if ex := runOut(t, sb, "x + 2"); ex.Error != nil || ex.Text() != "42" {
 		t.Fatalf("x + 2 after resume = %q (%v), want 42", ex.Text(), ex.Error)
 	}
-	after := readCount(t, sb)
-	time.Sleep(300 * time.Millisecond)
-	later := readCount(t, sb)
+	after, later := counterAdvances(t, sb)
 	if after < before || later <= after {
 		t.Fatalf("counter: %d before the pause, %d and %d after the resume; want it to go on from where it was", before, after, later)
 	}
@@ -240,9 +256,7 @@ func TestLocalGVisorSnapshotFork(t *testing.T) {
 		if ex := runOut(t, f, "x + 2"); ex.Error != nil || ex.Text() != "42" {
 			t.Fatalf("fork %d: x + 2 = %q (%v), want the snapshot's 42", n, ex.Text(), ex.Error)
 		}
-		c1 := readCount(t, f)
-		time.Sleep(200 * time.Millisecond)
-		if c2 := readCount(t, f); c2 <= c1 {
+		if c1, c2 := counterAdvances(t, f); c2 <= c1 {
 			t.Fatalf("fork %d: the snapshot's counter does not run (%d then %d)", n, c1, c2)
 		}
 		// The snapshot's token (the original's) does not open a fork;
