@@ -633,10 +633,26 @@ func (s *Server) ours(ctx context.Context, team string) ([]sandboxes.Info, error
 // answering 404 itself when there is none: another team's sandbox answers
 // exactly as one that does not exist.
 func (s *Server) find(w http.ResponseWriter, r *http.Request) (*entry, sandboxes.Info, bool) {
+	return s.findAs(w, r, false)
+}
+
+// findAs is find; with pausedToo a paused sandbox is found too (details,
+// pause, resume). One Info decides: asked twice, a sandbox that autoPause
+// paused in between was "not paused" to the first question and answered
+// 409 by the second (TestAutoPausedRefusesTraffic, under CI's load).
+func (s *Server) findAs(w http.ResponseWriter, r *http.Request, pausedToo bool) (*entry, sandboxes.Info, bool) {
 	id := r.PathValue("id")
 	if e := s.lookup(id, caller(r).Team); e != nil {
+		var resumes int
+		if pausedToo {
+			resumes = s.resumeCount(e)
+		}
 		i, err := e.inst.Info(r.Context())
 		if err == nil && i.Status == "running" {
+			return e, i, true
+		}
+		if err == nil && i.Status == sandboxes.StatusPaused && pausedToo {
+			s.notePaused(e.id, resumes) // autoPause pauses it without serve
 			return e, i, true
 		}
 		if err == nil && i.Status == sandboxes.StatusPaused {

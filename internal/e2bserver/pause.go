@@ -10,15 +10,7 @@ import (
 // findPausable is find for the calls that also see paused sandboxes
 // (pause, resume, connect, details, kill).
 func (s *Server) findPausable(w http.ResponseWriter, r *http.Request) (*entry, sandboxes.Info, bool) {
-	id := r.PathValue("id")
-	if e := s.lookup(id, caller(r).Team); e != nil {
-		resumes := s.resumeCount(e)
-		if i, err := e.inst.Info(r.Context()); err == nil && i.Status == sandboxes.StatusPaused {
-			s.notePaused(e.id, resumes) // autoPause pauses it without serve
-			return e, i, true
-		}
-	}
-	return s.find(w, r)
+	return s.findAs(w, r, true)
 }
 
 // pause is E2B's POST /sandboxes/{id}/pause: 204 once the sandbox is a
