@@ -408,18 +408,19 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	rep.WriteString("## Scale\n\n")
 	step := max(1, *nScale/10)
-	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles). The host's memory beside: once the sandboxes' own has eaten its free memory, the kernel reclaims page cache (pages scanned), and a create whose binaries' or Python's pages were evicted reads them again. This section runs before the files, variants and templates sections, so that the page cache it starts on is not already full of their files (the 2 GiB one among them): reclaim that early would be the bench's order, not the sandboxes'.\n\n| alive | create p50 | %s | CPU per create p50 | MemAvailable | pages scanned by reclaim |\n|---|---|---|---|---|---|\n", *nScale, procs, step, tailName(step))
+	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles). The host's memory beside: once the sandboxes' own has eaten its free memory, the kernel reclaims page cache (pages scanned), and a create whose binaries' or Python's pages were evicted reads them again. This section runs before the files, variants and templates sections, so that the page cache it starts on is not already full of their files (the 2 GiB one among them): reclaim that early would be the bench's order, not the sandboxes'. Page faults per create (the host's, `pgfault` in `/proc/vmstat`, over the tenth) count the memory a create touches: when they stay flat while CPU per create grows, each fault got dearer, not the work more (on a VM, a guest page the host has not backed, or took back, costs the host's fault inside the guest's page clearing).\n\n| alive | create p50 | %s | CPU per create p50 | page faults per create | MemAvailable | pages scanned by reclaim |\n|---|---|---|---|---|---|---|\n", *nScale, procs, step, tailName(step))
 	var alive []*sandboxes.Sandbox
 	var window, cpuWindow, all []float64
 	var firstP50, lastP50, firstCPU, lastCPU float64
 	avail0, scanned := hostMemory()
 	availPeak := avail0
+	faults := hostFaults()
 	for i := 1; i <= *nScale; i++ {
 		self0 := selfCPU()
 		t := time.Now()
 		sb, err := sandboxes.Create(ctx, cfg)
 		if err != nil {
-			fmt.Fprintf(rep, "| %d | failed: %v | | | | |\n", i, err)
+			fmt.Fprintf(rep, "| %d | failed: %v | | | | | |\n", i, err)
 			break
 		}
 		ms := since(t)
@@ -436,8 +437,9 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 			lastP50, lastCPU = w.p50, c.p50
 			avail, sc := hostMemory()
 			availPeak = avail
-			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms | %.1f GiB | %d |\n", i, w.p50, w.tail(), c.p50, float64(avail)/(1<<30), sc-scanned)
-			scanned = sc
+			f := hostFaults()
+			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms | %d | %.1f GiB | %d |\n", i, w.p50, w.tail(), c.p50, (f-faults)/int64(step), float64(avail)/(1<<30), sc-scanned)
+			scanned, faults = sc, f
 			window, cpuWindow = nil, nil
 		}
 	}
@@ -710,6 +712,22 @@ func hostMemory() (avail int64, scanned int64) {
 		}
 	}
 	return avail, scanned
+}
+
+// hostFaults returns the page faults the host has taken since boot
+// (pgfault in /proc/vmstat).
+func hostFaults() int64 {
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		return 0
+	}
+	for l := range strings.Lines(string(b)) {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "pgfault" {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // selfCPU is this process's user and system CPU time so far, in ms.
