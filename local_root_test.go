@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -62,5 +63,60 @@ func TestLocalWritableRootAndRoot(t *testing.T) {
 	// The agent still answers.
 	if ex := runOut(t, sb, "6 * 7"); ex.Text() != "42" {
 		t.Errorf("after root's attempts: %q %v", ex.Text(), ex.Error)
+	}
+}
+
+// TestLocalNoRootUser: LocalConfig.NoRootUser leaves the root user out of a
+// root caller's sandbox: no broker process, no sudo of ours, no root-owned
+// directory of the broker's; the sandbox's user works as before. A warm
+// pool of sandboxes with a root user, same shape otherwise, must not serve
+// such a Create (that would hand out root where it was declined).
+func TestLocalNoRootUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sandboxestest.Require(t, os.Geteuid() == 0, "a root user in the sandbox needs a root caller (the local variant maps it to a host uid of its own)")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt := poolRuntimeDir(t)
+	t.Cleanup(func() { sandboxes.CloseLocalWarmPools(context.Background()) })
+	withRoot := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 1}}
+	first, err := sandboxes.Create(ctx, withRoot) // a miss: it starts the pool
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	waitFor(t, "a pool sandbox ready", func() bool { return sandboxes.LocalWarmPoolStats().Ready >= 1 })
+	noRoot := withRoot
+	noRoot.Local.NoRootUser = true
+	hits := sandboxes.LocalWarmPoolStats().Hits
+	sb, err := sandboxes.Create(ctx, noRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if got := sandboxes.LocalWarmPoolStats().Hits - hits; got != 0 {
+		t.Errorf("a NoRootUser Create was served %d time(s) from the pool of sandboxes with a root user", got)
+	}
+	const probe = "sudo -n id -u >/dev/null 2>&1 && echo sudo yes || echo sudo no; test -e /.code-sandboxes; echo dir $?; " +
+		"for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^code-sandboxes-root'; id -u"
+	for _, c := range []struct {
+		name string
+		sb   *sandboxes.Sandbox
+		want string
+	}{
+		{"with a root user", first, "sudo yes\ndir 0\n1\n1000"},
+		{"NoRootUser", sb, "sudo no\ndir 1\n0\n1000"},
+	} {
+		res, err := c.sb.Commands().Run(ctx, probe)
+		if res == nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := strings.TrimSpace(res.Stdout); got != c.want {
+			t.Errorf("%s: %q, want %q (stderr %q)", c.name, got, c.want, res.Stderr)
+		}
+	}
+	if ex := runOut(t, sb, "6 * 7"); ex.Text() != "42" {
+		t.Errorf("NoRootUser sandbox: %q %v", ex.Text(), ex.Error)
 	}
 }

@@ -243,14 +243,23 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	bwrapArgs := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--unshare-all", "--die-with-parent", "--uid", "1000", "--gid", "100", *python, "-c", "pass"}
-	var cold, coldLean, createOnly, bw []float64
+	var cold, coldLean, coldNoRoot, createOnly, bw []float64
 	var bwErr error
 	lean, leanErr := leanBinary()
 	coldOnce := func() float64 { return firstResult(ctx, cfg, "cold create") }
+	// Without the root user a root caller's sandbox otherwise has (its
+	// broker is one process and two runs of the binary per start): only
+	// as root does the default have one.
+	noRoot := cfg
+	noRoot.Local.NoRootUser = true
+	withNoRoot := os.Geteuid() == 0
 	for i := 0; i < *nCold; i++ {
 		withSandboxBinary("", func() { cold = append(cold, coldOnce()) })
 		if leanErr == nil {
 			withSandboxBinary(lean, func() { coldLean = append(coldLean, coldOnce()) })
+			if withNoRoot {
+				withSandboxBinary(lean, func() { coldNoRoot = append(coldNoRoot, firstResult(ctx, noRoot, "cold create, no root user")) })
+			}
 		}
 		if bwErr == nil {
 			var b []float64
@@ -286,6 +295,10 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 		cl := summarize(coldLean)
 		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cl.p50, cl.tail(), ratio(cl.p50))
 		samples["cold Create → first result (lean sandbox binary)"] = coldLean
+		if withNoRoot {
+			nr := summarize(coldNoRoot)
+			fmt.Fprintf(rep, "| the same without the root user (`LocalConfig.NoRootUser`: no sudo inside, no broker process) | %.1f ms | %.1f ms | %s |\n", nr.p50, nr.tail(), ratio(nr.p50))
+		}
 	} else {
 		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | not measured: %v | | |\n", leanErr)
 	}

@@ -35,6 +35,13 @@ type Options struct {
 	// UseSandboxBinaryBeside (the CLI and serve do), else this program.
 	// Resume (after Pause) uses that default, not this field.
 	SandboxBinary string
+	// NoRootUser leaves out the root user a sandbox otherwise has when this
+	// program runs as root (sudo inside, E2B's user "root" for commands and
+	// files, served by a broker process per sandbox): without it, only the
+	// sandbox's user exists, and a sandbox has one process (and its start
+	// one more run of the binary) fewer, which shortens a cold start on a
+	// busy or small host. Callers that aren't root never get a root user.
+	NoRootUser bool
 }
 
 func optionsOf(spec driver.Spec) (Options, error) { return driver.OptionsOf[Options](spec) }

@@ -116,7 +116,7 @@ func poolKey(spec driver.Spec, opts Options, rt string, senv sandboxEnvironment)
 		len(spec.Env) > 0 || (spec.WorkingDir != "" && spec.WorkingDir != "/home/user") {
 		return "", false
 	}
-	b, err := json.Marshal([]any{rt, opts.Python, opts.HomeSize, opts.SandboxBinary, senv.Name, senv.BuildID, senv.Rootfs, senv.Env,
+	b, err := json.Marshal([]any{rt, opts.Python, opts.HomeSize, opts.SandboxBinary, opts.NoRootUser, senv.Name, senv.BuildID, senv.Rootfs, senv.Env,
 		spec.Memory(), spec.CPUs, spec.PidsLimit(defaultPids)})
 	if err != nil {
 		return "", false

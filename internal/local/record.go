@@ -39,6 +39,8 @@ type record struct {
 	// HostUID is the host uid (and gid) the sandbox's user maps to when
 	// the caller is root: one of its own (uids.go), 0 otherwise.
 	HostUID int `json:"host_uid,omitempty"`
+	// NoRootUser: Options.NoRootUser, no root user even with HostUID.
+	NoRootUser bool `json:"no_root_user,omitempty"`
 	// Environment is what the sandbox runs on: "host" (the host's system
 	// directories) or the environment name (or id) it was created with;
 	// BuildID pins the build (empty for host).

@@ -212,7 +212,7 @@ func runShim() int {
 			ispec.Env = append(ispec.Env, k+"="+v)
 		}
 	}
-	if r.HostUID != 0 {
+	if r.HostUID != 0 && !r.NoRootUser {
 		// A root user inside (isolate's rootuser.go), as E2B's sudo and
 		// user: 'root' expect; only root callers have host ids to give it.
 		ispec.HostRootUID, ispec.HostRootGID = rootHostUID(r.HostUID), rootHostUID(r.HostUID)

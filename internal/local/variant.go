@@ -158,7 +158,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	now := time.Now()
 	rec := record{ID: id, Name: spec.Name, Tags: spec.Tags, CreatedAt: now, EndAt: now.Add(spec.Lifetime),
 		Token: ids.Token(24), Network: spec.Network, AllowedHosts: spec.AllowedHosts, AllowPrivate: spec.AllowPrivate, DeniedHosts: spec.DeniedHosts, Memory: spec.Memory(), CPUs: spec.CPUs, Pids: spec.PidsLimit(defaultPids),
-		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, Isolation: isolation, Runsc: runsc, Pool: owner != nil}
+		Environment: senv.Name, BuildID: senv.BuildID, HostUID: hostUID, NoRootUser: opts.NoRootUser, Isolation: isolation, Runsc: runsc, Pool: owner != nil}
 	lifetime := spec.Lifetime
 	if spec.AutoPause {
 		rec.AutoPause, rec.Lifetime = true, spec.Lifetime
