@@ -6,6 +6,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 )
 
 // checkPeerCred: see checkPeer.
@@ -32,3 +34,6 @@ func checkPeerCred(uc *net.UnixConn, initPid int) error {
 
 // pidfdOpen: see runNetwork.
 func pidfdOpen(pid int) (int, error) { return unix.PidfdOpen(pid, 0) }
+
+// dropPrivileges: for harden_test.go (Linux only).
+func dropPrivileges(uid, gid int) error { return ctragent.DropPrivilegesTo(uid, gid) }

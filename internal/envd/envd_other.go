@@ -29,10 +29,6 @@ func newDirWatcher(root string, recursive, includeEntry bool, queue int, dropWhe
 	return nil, &os.PathError{Op: "watch", Path: root, Err: errUnsupported}
 }
 
-// handle: only a watcher made by newDirWatcher or the Linux helper has
-// events to parse.
-func (w *dirWatcher) handle([]byte) bool { return false }
-
 func networkFS(string) (string, bool) { return "", false }
 
 func openPTY() (master, slave *os.File, err error) { return nil, nil, errUnsupported }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 
@@ -50,38 +49,6 @@ func (w *dirWatcher) err() error {
 	w.errMu.Lock()
 	defer w.errMu.Unlock()
 	return w.errVal
-}
-
-func (w *dirWatcher) run() {
-	defer close(w.events)
-	buf := make([]byte, 64*1024)
-	for {
-		n, err := w.f.Read(buf)
-		if err != nil {
-			select {
-			case <-w.done: // closed by us
-			default:
-				w.errMu.Lock()
-				w.errVal = err
-				w.errMu.Unlock()
-			}
-			return
-		}
-		if !w.handle(buf[:n]) {
-			return
-		}
-	}
-}
-
-// emitPath queues the event typ of rel, with its entry when asked for.
-func (w *dirWatcher) emitPath(rel string, typ fspb.EventType) bool {
-	ev := &fspb.FilesystemEvent{Name: rel, Type: typ}
-	if w.includeEntry && (typ == fspb.EventType_EVENT_TYPE_CREATE || typ == fspb.EventType_EVENT_TYPE_WRITE || typ == fspb.EventType_EVENT_TYPE_CHMOD) {
-		if e, err := entryInfo(filepath.Join(w.root, rel)); err == nil {
-			ev.Entry = e
-		}
-	}
-	return w.emit(ev)
 }
 
 // emit queues ev. Polled watchers drop events when their bounded queue is
