@@ -45,8 +45,7 @@ func measureMachine() machine {
 		m.kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 	}
 	m.cgroup = "v1"
-	var st unix.Statfs_t
-	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+	if cgroup2Mounted("/sys/fs/cgroup") {
 		m.cgroup = "v2"
 	} else if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers"); err == nil {
 		m.cgroup = "hybrid (v1 controllers, v2 mounted at /sys/fs/cgroup/unified)"

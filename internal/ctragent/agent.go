@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package ctragent is our agent as the init of an OCI container: the
 // docker variant's containers and the local variant's gVisor sandboxes
 // (runsc) run it. It starts as uid 0 with only the capabilities to change
@@ -19,7 +21,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -28,56 +29,11 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
-// Paths inside the container.
-const (
-	// RunDir is the root-owned directory the docker variant binds in
-	// (Run's runDir): ConfigFile
-	// (removed once read) and SocketFile.
-	RunDir     = "/run/code-sandboxes"
-	ConfigFile = "config.json"
-	SocketFile = "agent.sock"
-)
-
 // The sandbox contract's user (DESIGN §4).
 const (
 	sandboxUID = 1000
 	sandboxGID = 100
 )
-
-// Config is what the host hands the agent, in run/config.json (the
-// same fields as the local variant's; not the environment, which user code
-// could read in /proc/1/environ).
-type Config struct {
-	ID       string            `json:"id"`
-	Token    string            `json:"token"`
-	Python   string            `json:"python"`
-	Workdir  string            `json:"workdir"`
-	Env      map[string]string `json:"env"`
-	Lifetime time.Duration     `json:"lifetime"`
-	// IdleTimeout ends the sandbox after this long unused (0 = never).
-	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
-	// NoPrewarm leaves the default kernel to start on first use.
-	NoPrewarm bool `json:"no_prewarm,omitempty"`
-	// SocketMode is the agent socket's mode: 0600 when the host side is
-	// root (who connects whatever the owner), so code in the sandbox can't
-	// even connect; 0 = 0666, for callers that aren't root (the token is
-	// then the only gate, as it always is for everything but /health).
-	SocketMode os.FileMode `json:"socket_mode,omitempty"`
-	// HostUID is the sandbox's own host uid (and gid), from
-	// records.DockerUIDs: the contract's uid 1000 and gid 100 map to it
-	// (userns.go). 0 = none (gVisor sandboxes).
-	HostUID int `json:"host_uid,omitempty"`
-	// Pausable puts the socket in CtlDir (the sandbox user's, inside the
-	// root-owned run directory) so that the agent, no longer root, can
-	// close it before a checkpoint and open it again after a restore
-	// (quiesce.go): the local variant under gVisor sets it.
-	Pausable bool `json:"pausable,omitempty"`
-	// AgentUID, when set (the local variant under gVisor), is a uid of the
-	// agent's own, kept as its saved uid: what the agent must keep from
-	// the sandbox's code, which runs as its real and effective uid, is
-	// made under it (owncreds.go).
-	AgentUID int `json:"agent_uid,omitempty"`
-}
 
 func fail(name, format string, a ...any) int {
 	fmt.Fprintf(os.Stderr, "code-sandboxes "+name+": "+format+"\n", a...)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package ctragent
 
 // The agent's own uid under gVisor. Code in the sandbox runs as the
@@ -19,9 +21,6 @@ import (
 	"runtime"
 	"syscall"
 )
-
-// GVisorAgentUID is the agent's own uid under gVisor (local and docker).
-const GVisorAgentUID = 999
 
 // asUID runs fn on a locked thread whose effective uid is uid (the
 // agent's saved uid), then gives the thread back its effective uid. A

@@ -1,3 +1,5 @@
+//go:build linux
+
 package ctragent
 
 import (
@@ -15,31 +17,6 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 )
-
-// The pause handshake with the host (the local variant under gVisor): the
-// host sends SIGUSR2 (runsc kill), the agent closes its socket and every
-// connection (gVisor can't checkpoint host sockets) and creates
-// QuiescedFile; after the restore the host sends SIGUSR1 and the agent
-// listens again. Code in the sandbox runs as the agent's uid and can send
-// these signals too: all it gains is an agent that stops answering until
-// the next SIGUSR1, which it could get by killing its own sandbox anyway.
-const (
-	// CtlDir is the directory in the run directory where a pausable
-	// agent's socket and QuiescedFile are: the agent's own uid's
-	// (Config.AgentUID), or the sandbox user's without one.
-	CtlDir       = "ctl"
-	QuiescedFile = "quiesced"
-	// IdentityFile, written by the host before the restore of a fork,
-	// holds the new sandbox's id and token (IdentityFile's JSON is
-	// Identity); the agent reads and removes it.
-	IdentityFile = "identity.json"
-)
-
-// Identity is a forked sandbox's own id and token.
-type Identity struct {
-	ID    string `json:"id"`
-	Token string `json:"token"`
-}
 
 // pauseCtl is a pausable agent's side of the handshake.
 type pauseCtl struct {
@@ -95,15 +72,6 @@ func (p *pauseCtl) path(name string) string {
 	}
 	return "/proc/self/fd/" + strconv.Itoa(p.fd) + "/" + name
 }
-
-// RequestFile, in CtlDir, is written by the host before each signal of the
-// handshake ("quiesce" before SIGUSR2, "resume" before SIGUSR1): a signal
-// without it is ignored, so that code in the sandbox, which runs as the
-// agent's uid and may signal it, doesn't make it stop answering by sending
-// SIGUSR2 (the hostile suite's SignalAgent did). (Under gVisor that code can
-// still reach the agent's descriptors through /proc/1/fd: SECURITY.md; it
-// only ever harms its own sandbox.)
-const RequestFile = "request"
 
 // requested reports whether the host asked for what (and takes the
 // request).

@@ -1,3 +1,5 @@
+//go:build linux
+
 package ctragent
 
 import (
@@ -29,10 +31,6 @@ import (
 // uid itself, with no capability, and waits: the container ends when the
 // agent does. gVisor sandboxes (HostUID 0) keep the single-process path:
 // their uids are gVisor's own.
-
-// InnerRole is the CODE_SANDBOXES_ROLE value of the agent proper; the
-// program's role dispatch calls RunInner for it.
-const InnerRole = "docker-agent-inner"
 
 // innerCaps are what the agent proper needs before it drops everything:
 // mount (its /proc), empty its bounding set and groups. They are

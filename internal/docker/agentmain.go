@@ -48,5 +48,3 @@ func Main() {
 
 // gvisorAgentUID: see ctragent.GVisorAgentUID.
 const gvisorAgentUID = ctragent.GVisorAgentUID
-
-func dropPrivileges(uid, gid int) error { return ctragent.DropPrivilegesTo(uid, gid) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"syscall"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
@@ -58,24 +57,7 @@ func checkPeer(c net.Conn, initPid int) error {
 	if !ok {
 		return fmt.Errorf("%w: agent connection is not a unix socket", sberr.ErrUnavailable)
 	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return fmt.Errorf("reading the agent socket's peer credentials: %w", cerr)
-	}
-	if (initPid > 0 && int(cred.Pid) == initPid) || cred.Uid == 0 {
-		return nil
-	}
-	return &peerError{pid: cred.Pid, uid: cred.Uid, want: initPid}
+	return checkPeerCred(uc, initPid)
 }
 
 // peerError: the socket is not the agent's.

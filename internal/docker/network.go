@@ -153,7 +153,7 @@ func runNetwork() int {
 	}
 	// Held from before the attach: if the container's init is gone (and
 	// its pid reused) by the time we join its namespace, the pidfd says so.
-	pfd, err := unix.PidfdOpen(spec.Pid, 0)
+	pfd, err := pidfdOpen(spec.Pid)
 	if err != nil {
 		report(fmt.Sprintf("error: the container's init (pid %d): %v", spec.Pid, err))
 		return 1

@@ -400,9 +400,3 @@ func (p *pinSet) has(ip netip.Addr) bool {
 	defer p.mu.Unlock()
 	return len(p.m[ip.Unmap()]) > 0
 }
-
-func (p *pinSet) pinned(ip netip.Addr, name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.m[ip.Unmap()][name]
-}

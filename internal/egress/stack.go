@@ -414,3 +414,11 @@ func dialUDP(dst netip.AddrPort) (*net.UDPConn, error) {
 	}
 	return c.(*net.UDPConn), nil
 }
+
+// pinned: policy.go's pinSet, asked only here and by the HTTP proxy
+// (Linux only, as the stack is).
+func (p *pinSet) pinned(ip netip.Addr, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.m[ip.Unmap()][name]
+}

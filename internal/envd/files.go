@@ -185,7 +185,7 @@ func openRegular(p string) (*os.File, fs.FileInfo, error) {
 	}
 	// No magic links, and the file opened is checked not to be procfs's
 	// (procguard.go): race-free, whatever user code swaps in meanwhile.
-	fd, err := openNoMagic(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+	fd, err := openNoMagic(p, oPath|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, nil, guardProcHTTP("/proc", true)
 	}

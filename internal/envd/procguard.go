@@ -24,31 +24,13 @@ import (
 // errProcMsg is why a path is refused.
 const errProcMsg = "the files API does not reach /proc (it is served by the sandbox's agent, which would see its own process there): read /proc from code instead"
 
-// openNoMagic opens p as open(2) would, except that /proc's magic links
-// (/proc/<pid>/fd/N, /proc/<pid>/root, …) are not followed (ELOOP). On a
-// kernel without openat2 (before 5.6) it is a plain open, and only the
-// file system check (onProc) guards.
-func openNoMagic(p string, flags int, mode uint32) (int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: unix.RESOLVE_NO_MAGICLINKS})
-	if errors.Is(err, unix.ENOSYS) {
-		return unix.Open(p, flags, mode)
-	}
-	return fd, err
-}
-
-// onProc reports whether fd is a file of procfs.
-func onProc(fd int) bool {
-	var st unix.Statfs_t
-	return unix.Fstatfs(fd, &st) == nil && st.Type == unix.PROC_SUPER_MAGIC
-}
-
 // procRefusal is nil when p (following symlinks, but no magic link) is not
 // on procfs; for a path that does not exist yet, its deepest existing
 // ancestor is checked.
 func procRefusal(p string) error {
 	q := p
 	for {
-		fd, err := openNoMagic(q, unix.O_PATH|unix.O_CLOEXEC, 0)
+		fd, err := openNoMagic(q, oPath|unix.O_CLOEXEC, 0)
 		if err == nil {
 			proc := onProc(fd)
 			unix.Close(fd)

@@ -42,6 +42,9 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkBuildSupport(); err != nil {
+		return nil, err
+	}
 	p := newProgress(opt.Progress)
 	in, err := s.resolveInputs(ctx, spec)
 	if err != nil {
@@ -521,7 +524,7 @@ func (b *builder) checkPython(ctx context.Context) error {
 // the host's device nodes.
 func removeTree(dir string) {
 	for _, mp := range mountsBelow(dir) {
-		_ = unix.Unmount(mp, unix.MNT_DETACH)
+		_ = unix.Unmount(mp, mntDetach)
 	}
 	if len(mountsBelow(dir)) > 0 {
 		return // refuse rather than risk it; the dir stays under tmp/

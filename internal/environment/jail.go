@@ -1,3 +1,5 @@
+//go:build linux
+
 package environment
 
 import (
@@ -64,15 +66,6 @@ type jail struct {
 	done chan struct{}
 }
 
-// The ranges builds use: 1024 slots of 65536 ids from 0x60000000, below
-// the local variant's per-sandbox uids (0x70000000…) and above the ranges
-// /etc/subuid and systemd hand out.
-const (
-	idRangeBase  = 0x60000000
-	idRangeSize  = 1 << 16
-	idRangeSlots = 1024
-)
-
 // idRangeDir is where the ranges' locks live: one place for the machine
 // (/run/code-sandboxes-build-ids, root's; not the local variant's runtime
 // dir, whose sweep owns its entries), so that builds of two stores never
@@ -104,6 +97,12 @@ func allocSlot(dir string) (int, int, *os.File, error) {
 	}
 	return 0, 0, nil, fmt.Errorf("all %d host id ranges for builds are in use: too many builds at once", idRangeSlots)
 }
+
+// checkBuildSupport: builds run here (jail_other.go refuses elsewhere).
+func checkBuildSupport() error { return nil }
+
+// mntDetach is what removeTree unmounts a leaked mount with.
+const mntDetach = unix.MNT_DETACH
 
 // newJail sets up the namespaces and the idmapped rootfs for a build.
 func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *jail, err error) {

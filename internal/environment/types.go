@@ -122,3 +122,12 @@ func (b *Build) ShortID() string {
 	}
 	return b.ID[:12]
 }
+
+// The ranges builds use: 1024 slots of 65536 ids from 0x60000000, below
+// the local variant's per-sandbox uids (0x70000000…) and above the ranges
+// /etc/subuid and systemd hand out.
+const (
+	idRangeBase  = 0x60000000
+	idRangeSize  = 1 << 16
+	idRangeSlots = 1024
+)

@@ -982,12 +982,6 @@ var (
 	allThreads threadSys = syscall.AllThreadsSyscall6
 )
 
-// ReexecEnv, in a Spec's Env, chooses how stage 1 and the root broker
-// reach their final stage: "1" re-executing (as where the process can't
-// change every thread of its own, a cgo binary), "0" hardened in place
-// (where it can); unset, inPlaceByDefault decides.
-const ReexecEnv = "CODE_SANDBOXES_ISOLATE_REEXEC"
-
 // inPlaceByDefault: hardening in place is not the default. It saves the
 // re-exec (a Go start of the binary: ~2 ms of CPU and ~950 page faults per
 // sandbox with the broker's) but costs ~45 rounds of AllThreadsSyscall,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 )
 
 var errUnsupported = errors.New("isolate: sandboxes need Linux (namespaces, cgroups, seccomp)")
@@ -28,6 +29,7 @@ func RootOpen(string, int, os.FileMode, bool) (*os.File, error) {
 	return nil, errUnsupported
 }
 func Child() error                         { return errUnsupported }
+func StartOwnedBy(*exec.Cmd, int) error    { return errUnsupported }
 func LoadSeccompAllThreads() error         { return errUnsupported }
 func (p *Process) Wait() (ExitInfo, error) { return ExitInfo{}, errUnsupported }
 func (p *Process) Kill() error             { return errUnsupported }

@@ -178,3 +178,9 @@ func (e ExitInfo) String() string {
 	}
 	return s
 }
+
+// ReexecEnv, in a Spec's Env, chooses how stage 1 and the root broker
+// reach their final stage: "1" re-executing (as where the process can't
+// change every thread of its own, a cgo binary), "0" hardened in place
+// (where it can); unset, inPlaceByDefault decides.
+const ReexecEnv = "CODE_SANDBOXES_ISOLATE_REEXEC"

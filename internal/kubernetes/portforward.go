@@ -256,7 +256,7 @@ func (t *tunnel) open(ctx context.Context, c httpstream.Connection) (net.Conn, e
 
 // socketPair returns both ends of a connected unix stream socket pair.
 func socketPair() (*net.UnixConn, *net.UnixConn, error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpairCloexec()
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -137,23 +139,6 @@ func runAgent() int {
 	}
 	return 0
 }
-
-// EarlyKernelEnv, "0" in the environment of the program that creates local
-// sandboxes, makes the agent start each sandbox's default python kernel
-// itself, as before, instead of the sandbox's stage 1 right before its
-// re-exec into the agent (startKernelEarly). The early start measured
-// 1.3-3.3 ms faster on an idle 2-core host (bench -ab with -ab-b-env, 30-60
-// pairs, six runs; A/A noise 0.2 ms), and no better, up to a few ms worse,
-// on a busy one, where python becomes a third CPU-bound start beside the
-// agent's re-exec and the root broker's two.
-const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
-
-// ReexecEnv, in the environment of the program that creates local
-// sandboxes, chooses how each sandbox's stage 1 and root broker reach
-// their final stage: "0" hardened in place (every thread at once, where
-// the binary can: not with cgo), "1" re-executing; unset, isolate's
-// default (re-executing: see isolate.inPlaceByDefault for why).
-const ReexecEnv = isolate.ReexecEnv
 
 // agentConfigFD is the agent's config (a pipe from the supervisor; in
 // stage 2 a copy stage 1 made of what it read there).

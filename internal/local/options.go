@@ -1,6 +1,9 @@
 package local
 
-import "github.com/code-sandboxes/code-sandboxes/internal/driver"
+import (
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+)
 
 // Options are the local variant's own settings (sandboxes.LocalConfig).
 type Options struct {
@@ -53,3 +56,20 @@ func (o Options) Resolved() Options {
 	o.RuntimeDir = runtimeDir(o.RuntimeDir)
 	return o
 }
+
+// EarlyKernelEnv, "0" in the environment of the program that creates local
+// sandboxes, makes the agent start each sandbox's default python kernel
+// itself, as before, instead of the sandbox's stage 1 right before its
+// re-exec into the agent (startKernelEarly). The early start measured
+// 1.3-3.3 ms faster on an idle 2-core host (bench -ab with -ab-b-env, 30-60
+// pairs, six runs; A/A noise 0.2 ms), and no better, up to a few ms worse,
+// on a busy one, where python becomes a third CPU-bound start beside the
+// agent's re-exec and the root broker's two.
+const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
+
+// ReexecEnv, in the environment of the program that creates local
+// sandboxes, chooses how each sandbox's stage 1 and root broker reach
+// their final stage: "0" hardened in place (every thread at once, where
+// the binary can: not with cgo), "1" re-executing; unset, isolate's
+// default (re-executing: see isolate.inPlaceByDefault for why).
+const ReexecEnv = isolate.ReexecEnv

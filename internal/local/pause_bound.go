@@ -55,9 +55,8 @@ func checkpointBound(mem int64) time.Duration {
 		}
 	}
 	if mem <= 0 {
-		var si syscall.Sysinfo_t
-		if syscall.Sysinfo(&si) == nil {
-			mem = int64(si.Totalram) * int64(si.Unit)
+		if total, ok := totalRAM(); ok {
+			mem = total
 		}
 		mem = max(mem, 16<<30)
 	}

@@ -61,7 +61,7 @@ func freeBytes(p string) (int64, string, error) {
 		var st unix.Statfs_t
 		err := unix.Statfs(d, &st)
 		if err == nil {
-			return int64(st.Bavail) * st.Bsize, d, nil
+			return int64(st.Bavail) * int64(st.Bsize), d, nil // Bsize is uint32 on macOS
 		}
 		if !errors.Is(err, os.ErrNotExist) || d == "/" {
 			return 0, d, err

@@ -173,7 +173,8 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	if !ok || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s=%q: %w: not a regular file", source, p, sberr.ErrInvalidConfig)
 	}
-	id := checkedBinary{Path: p, Dev: st.Dev, Ino: st.Ino, Size: fi.Size(), MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano(), Fingerprint: protocolFingerprint()}
+	mtime, ctime := statTimes(st)
+	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), MtimeNs: mtime, CtimeNs: ctime, Fingerprint: protocolFingerprint()}
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
 	if sandboxBinSeen[p] == id {

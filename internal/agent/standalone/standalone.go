@@ -75,8 +75,8 @@ func Main(args []string) int {
 		// First, before the token is read: once user code runs (as our
 		// uid), /proc/<our pid>/{environ,mem,fd} must be closed to it, or
 		// it could read the token from our initial environment.
-		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
-			return fail(fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", errno))
+		if err := notDumpable(); err != nil {
+			return fail(err)
 		}
 	}
 	agent.SingleThreaded()
@@ -266,10 +266,10 @@ func readBounded(path string, max int64) ([]byte, error) {
 // ignoreSignals drains every catchable signal (see Main).
 func ignoreSignals() {
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
+	signal.Notify(sigs, append([]os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGILL, syscall.SIGTRAP,
 		syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGSEGV, syscall.SIGTERM, syscall.SIGSYS,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF,
-		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSTKFLT, syscall.SIGPWR)
+		syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU}, osSignals...)...)
 	go func() {
 		for range sigs { //nolint:revive // drained on purpose: each signal is ignored
 			continue

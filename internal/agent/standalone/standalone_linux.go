@@ -1,0 +1,19 @@
+package standalone
+
+import (
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// notDumpable closes /proc/<our pid>/{environ,mem,fd} to processes of our
+// uid (see Main).
+func notDumpable() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
+		return fmt.Errorf("prctl(PR_SET_DUMPABLE, 0): %w", errno)
+	}
+	return nil
+}
+
+// osSignals are the catchable signals only Linux has (ignoreSignals).
+var osSignals = []os.Signal{syscall.SIGSTKFLT, syscall.SIGPWR}
