@@ -11,7 +11,7 @@ import (
 // The agent is the init of a Linux container (docker's runc, gVisor's
 // runsc): it changes ids, capabilities and namespaces with Linux calls.
 // Elsewhere only the host side (contract.go) is used; these refuse.
-var errUnsupported = errors.New("ctragent: the container agent runs only in a Linux container; on macOS use the e2b or docker variant (the agent binary it runs is built for Linux)")
+var errUnsupported = errors.New("ctragent: the container agent runs only in a Linux container; elsewhere use the e2b variant (E2B cloud or a Linux host running serve)")
 
 func Run(name, runDir string) int { return fail(name, "%v", errUnsupported) }
 

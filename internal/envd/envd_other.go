@@ -14,7 +14,7 @@ import (
 // (watch_linux.go) and its terminals on Linux's pty ioctls (pty_linux.go).
 // These stubs only let the packages that import envd build elsewhere (on
 // macOS, for the e2b variant); nothing there runs an agent.
-var errUnsupported = errors.New("envd: the sandbox agent needs Linux (openat2, procfs, inotify); on macOS use the e2b or docker variant")
+var errUnsupported = errors.New("envd: the sandbox agent needs Linux (openat2, procfs, inotify); elsewhere use the e2b variant (E2B cloud or a Linux host running serve)")
 
 // oPath: no O_PATH here; openNoMagic refuses anyway.
 const oPath = unix.O_RDONLY

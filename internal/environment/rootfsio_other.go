@@ -17,7 +17,7 @@ import (
 // for macOS, where the e2b and docker variants run.
 
 // errNeedsLinux is ErrNotSupported (errors.Is) with the reason.
-var errNeedsLinux = fmt.Errorf("%w: building environments needs Linux (namespaces, overlay rootfs); on macOS use the e2b or docker variant", sberr.ErrNotSupported)
+var errNeedsLinux = fmt.Errorf("%w: building environments needs Linux (namespaces, overlay rootfs); elsewhere use the e2b variant (E2B cloud or a Linux host running serve)", sberr.ErrNotSupported)
 
 func rootfsErr(rel string) error { return fmt.Errorf("rootfs /%s: %w", rel, errNeedsLinux) }
 
