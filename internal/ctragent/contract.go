@@ -7,8 +7,8 @@ import (
 
 // What the host and the agent share: the run directory's paths, the
 // config, the pause handshake's files, the agent's roles and uid. This
-// file builds everywhere, because the docker variant's host side uses it
-// (on macOS too); the agent itself (agent.go, pause.go, userns.go,
+// file builds everywhere, because the docker variant's host side, which the
+// root package links, uses it; the agent itself (agent.go, pause.go, userns.go,
 // owncreds.go) runs in a Linux container and is Linux only
 // (ctragent_other.go refuses elsewhere).
 

@@ -7,7 +7,7 @@ import (
 )
 
 // oPath is O_PATH: procRefusal and openRegular open a path without
-// opening the file itself (procguard_other.go has none).
+// opening the file itself (envd_other.go has none).
 const oPath = unix.O_PATH
 
 // openNoMagic opens p as open(2) would, except that /proc's magic links

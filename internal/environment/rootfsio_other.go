@@ -14,7 +14,7 @@ import (
 // pathrs-lite, Linux only) and *at calls, and the rootfs itself comes from
 // a build that needs namespaces and an overlay. Elsewhere these refuse,
 // so the package (and the root package, which imports it) still builds
-// for macOS, where the e2b and docker variants run.
+// for macOS, where the e2b variant runs.
 
 // errNeedsLinux is ErrNotSupported (errors.Is) with the reason.
 var errNeedsLinux = fmt.Errorf("%w: building environments needs Linux (namespaces, overlay rootfs); elsewhere use the e2b variant (E2B cloud or a Linux host running serve)", sberr.ErrNotSupported)
