@@ -425,9 +425,8 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	var alive []*sandboxes.Sandbox
 	var window, cpuWindow, all []float64
 	var firstP50, lastP50, firstCPU, lastCPU float64
-	avail0, scanned := hostMemory()
+	avail0, scanned, faults := hostMemory()
 	availPeak := avail0
-	faults := hostFaults()
 	for i := 1; i <= *nScale; i++ {
 		self0 := selfCPU()
 		t := time.Now()
@@ -448,9 +447,8 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 				firstP50, firstCPU = w.p50, c.p50
 			}
 			lastP50, lastCPU = w.p50, c.p50
-			avail, sc := hostMemory()
+			avail, sc, f := hostMemory()
 			availPeak = avail
-			f := hostFaults()
 			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms | %d | %.1f GiB | %d |\n", i, w.p50, w.tail(), c.p50, (f-faults)/int64(step), float64(avail)/(1<<30), sc-scanned)
 			scanned, faults = sc, f
 			window, cpuWindow = nil, nil
@@ -705,9 +703,10 @@ func sandboxPids(rt string) []int {
 	return pids
 }
 
-// hostMemory returns MemAvailable (bytes) and the pages the kernel's
-// reclaim has scanned since boot (the pgscan_* counters).
-func hostMemory() (avail int64, scanned int64) {
+// hostMemory returns MemAvailable (bytes), the pages the kernel's reclaim
+// has scanned since boot (the pgscan_* counters) and the page faults the
+// host has taken since boot (pgfault).
+func hostMemory() (avail, scanned, faults int64) {
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for l := range strings.Lines(string(b)) {
 			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemAvailable:" {
@@ -718,29 +717,20 @@ func hostMemory() (avail int64, scanned int64) {
 	}
 	if b, err := os.ReadFile("/proc/vmstat"); err == nil {
 		for l := range strings.Lines(string(b)) {
-			if f := strings.Fields(l); len(f) == 2 && strings.HasPrefix(f[0], "pgscan_") {
-				n, _ := strconv.ParseInt(f[1], 10, 64)
+			f := strings.Fields(l)
+			if len(f) != 2 {
+				continue
+			}
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			switch {
+			case strings.HasPrefix(f[0], "pgscan_"):
 				scanned += n
+			case f[0] == "pgfault":
+				faults = n
 			}
 		}
 	}
-	return avail, scanned
-}
-
-// hostFaults returns the page faults the host has taken since boot
-// (pgfault in /proc/vmstat).
-func hostFaults() int64 {
-	b, err := os.ReadFile("/proc/vmstat")
-	if err != nil {
-		return 0
-	}
-	for l := range strings.Lines(string(b)) {
-		if f := strings.Fields(l); len(f) == 2 && f[0] == "pgfault" {
-			n, _ := strconv.ParseInt(f[1], 10, 64)
-			return n
-		}
-	}
-	return 0
+	return avail, scanned, faults
 }
 
 // selfCPU is this process's user and system CPU time so far, in ms.
