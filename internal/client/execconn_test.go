@@ -21,18 +21,24 @@ const oneResult = `{"type": "result", "text": "2", "is_main_result": true}` + "\
 
 // fakeAgent serves /execute, and /x/exec when lean; its lean connections
 // answer one request, then close (as an agent's do when it restarts or
-// the sandbox is paused).
-func fakeAgent(t *testing.T, lean bool) (string, *atomic.Int32) {
-	return fakeAgentAnswering(t, lean, oneResult)
+// the sandbox is paused), and say so on closed.
+func fakeAgent(t *testing.T, lean bool) (sock string, viaHTTP *atomic.Int32, closed <-chan struct{}) {
+	return fakeAgentClosing(t, lean, oneResult)
 }
 
 func fakeAgentAnswering(t *testing.T, lean bool, answer string) (string, *atomic.Int32) {
+	sock, viaHTTP, _ := fakeAgentClosing(t, lean, answer)
+	return sock, viaHTTP
+}
+
+func fakeAgentClosing(t *testing.T, lean bool, answer string) (string, *atomic.Int32, <-chan struct{}) {
 	sock := filepath.Join(t.TempDir(), "s")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var viaHTTP atomic.Int32
+	closed := make(chan struct{}, 16)
 	hold := make(chan struct{})
 	t.Cleanup(func() { close(hold) })
 	mux := http.NewServeMux()
@@ -46,7 +52,13 @@ func fakeAgentAnswering(t *testing.T, lean bool, answer string) (string, *atomic
 			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: cs-exec\r\n\r\n")
 			_ = brw.Flush()
 			go func() {
-				defer conn.Close()
+				defer func() {
+					conn.Close()
+					select {
+					case closed <- struct{}{}:
+					default:
+					}
+				}()
 				var hdr [4]byte
 				if _, err := io.ReadFull(brw, hdr[:]); err != nil {
 					return
@@ -66,10 +78,14 @@ func fakeAgentAnswering(t *testing.T, lean bool, answer string) (string, *atomic
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return sock, &viaHTTP
+	return sock, &viaHTTP, closed
 }
 
-func execTwo(t *testing.T, sock string) (dials int32) {
+// execTwo runs three executions; with closed, each after the agent closed
+// the previous one's connection (without that wait the client may take
+// the idle connection before the close reaches it, a race no client can
+// see: the request then meets the reset).
+func execTwo(t *testing.T, sock string, closed <-chan struct{}) (dials int32) {
 	var n atomic.Int32
 	dial := UnixDial(sock)
 	c := New(Options{EnvdURL: "http://sandbox", HTTPClient: UnixHTTPClient(sock), Dial: func(ctx context.Context) (net.Conn, error) {
@@ -77,6 +93,13 @@ func execTwo(t *testing.T, sock string) (dials int32) {
 		return dial(ctx)
 	}})
 	for i := range 3 {
+		if i > 0 && closed != nil {
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("execution %d: the fake agent never closed the previous connection", i)
+			}
+		}
 		got := ""
 		if err := c.Execute(context.Background(), ExecuteRequest{Code: "1 + 1"}, func(l Line) { got = string(l.Data["text"]) }); err != nil || got != `"2"` {
 			t.Fatalf("execution %d: %q, %v", i, got, err)
@@ -88,8 +111,8 @@ func execTwo(t *testing.T, sock string) (dials int32) {
 // An agent without /x/exec (404): the client uses /execute, and stops
 // trying the upgrade.
 func TestExecConnFallback(t *testing.T) {
-	sock, viaHTTP := fakeAgent(t, false)
-	if d := execTwo(t, sock); d != 1 || viaHTTP.Load() != 3 {
+	sock, viaHTTP, _ := fakeAgent(t, false)
+	if d := execTwo(t, sock, nil); d != 1 || viaHTTP.Load() != 3 {
 		t.Fatalf("%d upgrade dials, %d executions over HTTP; want 1 and 3", d, viaHTTP.Load())
 	}
 }
@@ -97,8 +120,8 @@ func TestExecConnFallback(t *testing.T) {
 // An idle lean connection the agent closed is not used for the next
 // request (which would meet EOF): a new one is dialed.
 func TestExecConnStaleIdle(t *testing.T) {
-	sock, viaHTTP := fakeAgent(t, true)
-	if d := execTwo(t, sock); d != 3 || viaHTTP.Load() != 0 {
+	sock, viaHTTP, closed := fakeAgent(t, true)
+	if d := execTwo(t, sock, closed); d != 3 || viaHTTP.Load() != 0 {
 		t.Fatalf("%d dials, %d executions over HTTP; want 3 (one per closed connection) and 0", d, viaHTTP.Load())
 	}
 }
