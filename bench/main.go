@@ -421,7 +421,12 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	rep.WriteString("## Scale\n\n")
 	step := max(1, *nScale/10)
-	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles). The host's memory beside: once the sandboxes' own has eaten its free memory, the kernel reclaims page cache (pages scanned), and a create whose binaries' or Python's pages were evicted reads them again. This section runs before the files, variants and templates sections, so that the page cache it starts on is not already full of their files (the 2 GiB one among them): reclaim that early would be the bench's order, not the sandboxes'. Page faults per create (the host's, `pgfault` in `/proc/vmstat`, over the tenth) count the memory a create touches: when they stay flat while CPU per create grows, each fault got dearer, not the work more (on a VM, a guest page the host has not backed, or took back, costs the host's fault inside the guest's page clearing).\n\n| alive | create p50 | %s | CPU per create p50 | page faults per create | MemAvailable | pages scanned by reclaim |\n|---|---|---|---|---|---|---|\n", *nScale, procs, step, tailName(step))
+	// The control first: as much fresh memory as the sandboxes will hold
+	// (MemAvailable fell by ~10 MiB per sandbox in earlier runs), touched
+	// 10 MiB at a time and kept, then let go.
+	const controlBlock = 10 << 20
+	control, cerr := touchFresh(*nScale, controlBlock)
+	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles). The host's memory beside: once the sandboxes' own has eaten its free memory, the kernel reclaims page cache (pages scanned), and a create whose binaries' or Python's pages were evicted reads them again. This section runs before the files, variants and templates sections, so that the page cache it starts on is not already full of their files (the 2 GiB one among them): reclaim that early would be the bench's order, not the sandboxes'. Page faults per create (the host's, `pgfault` in `/proc/vmstat`, over the tenth) count the memory a create touches: when they stay flat while CPU per create grows, each fault got dearer, not the work more (on a VM, a guest page the host has not backed, or took back, costs the host's fault inside the guest's page clearing). The control column measures exactly that, and nothing of ours: right before the sandboxes, this process mapped and touched %d blocks of 10 MiB (one per sandbox to come, about what each holds), keeping them all, then let them go; each row gives the p50 of its tenth's blocks, at the same memory held as the sandboxes' row. Its memory is freed before the first sandbox starts; how much of it the host keeps backed for them is the hypervisor's choice (free page reporting hands freed guest memory back).\n\n| alive | create p50 | %s | CPU per create p50 | page faults per create | MemAvailable | pages scanned by reclaim | control: 10 MiB touched, p50 |\n|---|---|---|---|---|---|---|---|\n", *nScale, procs, step, *nScale, tailName(step))
 	var alive []*sandboxes.Sandbox
 	var window, cpuWindow, all []float64
 	var firstP50, lastP50, firstCPU, lastCPU float64
@@ -432,7 +437,7 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 		t := time.Now()
 		sb, err := sandboxes.Create(ctx, cfg)
 		if err != nil {
-			fmt.Fprintf(rep, "| %d | failed: %v | | | | | |\n", i, err)
+			fmt.Fprintf(rep, "| %d | failed: %v | | | | | | |\n", i, err)
 			break
 		}
 		ms := since(t)
@@ -449,7 +454,11 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 			lastP50, lastCPU = w.p50, c.p50
 			avail, sc, f := hostMemory()
 			availPeak = avail
-			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms | %d | %.1f GiB | %d |\n", i, w.p50, w.tail(), c.p50, (f-faults)/int64(step), float64(avail)/(1<<30), sc-scanned)
+			ctl := "–"
+			if i <= len(control) {
+				ctl = fmt.Sprintf("%.2f ms", summarize(control[i-step:i]).p50)
+			}
+			fmt.Fprintf(rep, "| %d | %.1f ms | %.1f ms | %.1f ms | %d | %.1f GiB | %d | %s |\n", i, w.p50, w.tail(), c.p50, (f-faults)/int64(step), float64(avail)/(1<<30), sc-scanned, ctl)
 			scanned, faults = sc, f
 			window, cpuWindow = nil, nil
 		}
@@ -465,7 +474,15 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here); %d threads on the host, %d of them this benchmark's. Every thread on the host lengthens each new sandbox's `pivot_root`: the kernel walks them all (`chroot_fs_refs`, about 0.1 µs each). Threads per sandbox by process: %s. MemAvailable fell by %.1f MiB per sandbox alive.\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)), hostThreads, selfThreads, byRole.format(len(alive)), float64(avail0-availPeak)/float64(len(alive))/(1<<20))
 	}
 	ents, _ := os.ReadDir(rt)
-	fmt.Fprintf(rep, "\n%d alive at the peak; the last tenth's create p50 is %.2f× the first's (goal ≤ 1.5×), its CPU per create %.2f× the first's; after closing them all, %d entries were left in the runtime directory.\n\n", len(alive), lastP50/max(firstP50, 1e-9), lastCPU/max(firstCPU, 1e-9), len(ents))
+	fmt.Fprintf(rep, "\n%d alive at the peak; the last tenth's create p50 is %.2f× the first's (goal ≤ 1.5×), its CPU per create %.2f× the first's; after closing them all, %d entries were left in the runtime directory.", len(alive), lastP50/max(firstP50, 1e-9), lastCPU/max(firstCPU, 1e-9), len(ents))
+	if cerr != nil {
+		fmt.Fprintf(rep, " The control stopped after %d blocks: %v.", len(control), cerr)
+	}
+	if n := len(control); n >= 10 {
+		first, last := summarize(control[:n/10]).p50, summarize(control[n-n/10:]).p50
+		fmt.Fprintf(rep, " The control's last tenth took %.2f× its first's per 10 MiB (the machine alone).", last/max(first, 1e-9))
+	}
+	rep.WriteString("\n\n")
 	scaleSamples = all
 }
 
