@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,10 +51,13 @@ func TestInstalledBytecodeIsUsed(t *testing.T) {
 // TestInstallBytecodeRefusesBadTags: the tag becomes part of a file name.
 func TestInstallBytecodeRefusesBadTags(t *testing.T) {
 	dir := t.TempDir()
-	for _, tag := range []string{"", "../x", "a/b", "x y", string(make([]byte, 65))} {
+	for _, tag := range []string{"", "../x", "a/b", "x y", "CPython-311", "x\n", string(make([]byte, 65)), strings.Repeat("a", 65)} {
 		if err := InstallBytecode(dir, tag, []byte("x")); err == nil {
 			t.Errorf("tag %q accepted", tag)
 		}
+	}
+	if err := InstallBytecode(dir, strings.Repeat("a", 64), []byte("x")); err != nil {
+		t.Errorf("a 64-character tag refused: %v", err)
 	}
 	if err := InstallBytecode(dir, "cpython-311", make([]byte, maxBytecode+1)); err == nil {
 		t.Error("oversized bytecode accepted")

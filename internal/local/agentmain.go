@@ -191,7 +191,7 @@ func startKernelEarly() (string, []*os.File) {
 		// to close, unread).
 		if fd, err := unix.FcntlInt(uintptr(cfg.KernelBytecodeFD), unix.F_DUPFD_CLOEXEC, 3); err == nil {
 			f := os.NewFile(uintptr(fd), "kernel bytecode")
-			tag, pyc, err := parseKernelBytecode(io.NewSectionReader(f, 0, maxKernelBytecode+1))
+			tag, pyc, err := parseKernelBytecode(f)
 			f.Close()
 			if err == nil {
 				_ = kernel.InstallBytecode("", tag, pyc)

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,13 +102,20 @@ func compileKernel(ctx context.Context, python, path string) error {
 
 // parseKernelBytecode reads a file that compileKernel wrote (in the agent,
 // from the fd the supervisor passed): its tag line, then the pyc.
-func parseKernelBytecode(r io.Reader) (tag string, pyc []byte, err error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxKernelBytecode+1))
+func parseKernelBytecode(f *os.File) (tag string, pyc []byte, err error) {
+	// One read of the file's size at offset 0 (the fd's offset is shared
+	// with the copies stage 2 gets, and stays put), not a ReadAll that
+	// grows its buffer: this runs on the cold start's path.
+	st, err := f.Stat()
 	if err != nil {
 		return "", nil, err
 	}
-	if len(b) > maxKernelBytecode {
+	if st.Size() > maxKernelBytecode {
 		return "", nil, errors.New("kernel bytecode: file too large")
+	}
+	b := make([]byte, st.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return "", nil, err
 	}
 	t, p, ok := bytes.Cut(b, []byte("\n"))
 	if !ok {
