@@ -52,7 +52,7 @@ func IsChild() bool {
 // (SetEarlyStart) has that thread as its parent, its death signal tied to
 // it; the caller must not unlock it (nor end the goroutine: it is main's).
 func Child() error {
-	ready, err := ChildAsync()
+	ready, err := childAsync(false)
 	if err != nil {
 		return err
 	}
@@ -60,14 +60,21 @@ func Child() error {
 }
 
 // ChildAsync is Child, except that in the final stage it returns before it
-// reports the sandbox ready to Start: ready (call it once) waits for what
-// the start still waits on (the root user's broker) and reports. The
+// reports the sandbox ready to Start, and the root user's broker (if any)
+// stays held: ready (call it once) reports, and the broker starts on
+// ReleaseRootBroker, or rootBrokerHold after ready at the latest. The
 // process is fully sandboxed already, so the caller can start work that
-// needs no more (a kernel) before it calls ready; the status and broker
-// pipes are close-on-exec, so no process started meanwhile inherits them.
-// When the broker fails, ready reports that to Start and exits with
-// status 1 (which, in the sandbox's init, ends everything it started).
-func ChildAsync() (ready func() error, err error) {
+// needs no more (a kernel) before it calls ready, and have it run without
+// the broker's start competing for the CPU; the status and broker pipes
+// are close-on-exec, so no process started meanwhile inherits them. Root's
+// requests made before the broker listens wait for it (dialRoot); a broker
+// that fails is reported on stderr and to them.
+func ChildAsync() (ready func() error, err error) { return childAsync(true) }
+
+// childAsync is ChildAsync; hold: the root broker waits for
+// ReleaseRootBroker (else ready releases it and reports only once it
+// listens, failing the start if it fails).
+func childAsync(hold bool) (ready func() error, err error) {
 	raw, ok := os.LookupEnv(envKey)
 	if !ok {
 		return nil, errors.New("isolate: not a sandbox child")
@@ -88,7 +95,7 @@ func ChildAsync() (ready func() error, err error) {
 	if cfg.Stage == 2 {
 		trace.Mark("stage 2: start")
 		os.Unsetenv(envKey)
-		return stage2(&cfg, os.NewFile(uintptr(cfg.StatusFD), "status")), nil
+		return stage2(&cfg, os.NewFile(uintptr(cfg.StatusFD), "status"), hold), nil
 	}
 
 	// Stage 1. Every per-thread change (cgroup namespace, capabilities,
@@ -117,7 +124,7 @@ func ChildAsync() (ready func() error, err error) {
 		// The same *os.File: a second one for the fd would leave this one
 		// unreachable, and its finalizer would close the fd under stage 2
 		// (Start then sees EOF, no "ready", and kills the sandbox).
-		return stage2(&cfg, st), nil
+		return stage2(&cfg, st, hold), nil
 	}
 	fmt.Fprintf(st, "error: %v\n", err)
 	os.Exit(1)
@@ -180,9 +187,9 @@ func gcNow() {
 }
 
 // stage2 finishes the start as the sandboxed process (after stage 1's
-// re-exec, or in place): it returns ChildAsync's ready. st is the status
-// fd's one *os.File in this image.
-func stage2(cfg *childConfig, st *os.File) func() error {
+// re-exec, or in place): it returns ChildAsync's ready (Child's with
+// hold false). st is the status fd's one *os.File in this image.
+func stage2(cfg *childConfig, st *os.File, hold bool) func() error {
 	rootConfigured = cfg.RootUser
 	earlyState = cfg.Early
 	// Both came through stage 1 (its exec, or in place) without
@@ -190,16 +197,25 @@ func stage2(cfg *childConfig, st *os.File) func() error {
 	unix.CloseOnExec(cfg.StatusFD)
 	if cfg.BrokerFD > 2 {
 		unix.CloseOnExec(cfg.BrokerFD)
+		rootBroker.pid, rootBroker.fd = cfg.BrokerPid, cfg.BrokerFD
+		rootBroker.done = make(chan struct{})
 	}
+	// Read now: the caller may clear its environment before ready.
+	holdForGood := os.Getenv(holdBrokerEnv) != ""
 	return func() error {
-		if cfg.BrokerFD > 2 {
-			// The broker's start overlapped ours; the sandbox is ready
-			// only once it listens.
-			if err := waitRootBroker(cfg.BrokerFD); err != nil {
+		if cfg.BrokerFD > 2 && !hold {
+			// The sandbox is ready only once the broker listens.
+			if err := awaitRootBroker(); err != nil {
 				fmt.Fprintf(st, "error: %v\n", err)
 				os.Exit(1)
 			}
 			trace.Mark("stage 2: root broker ready")
+		}
+		if cfg.BrokerFD > 2 && hold && !holdForGood {
+			// Whatever the caller waits for before it releases the
+			// broker, it starts by then (root's requests release it
+			// themselves).
+			time.AfterFunc(rootBrokerHold, ReleaseRootBroker)
 		}
 		_, err := st.Write([]byte("ready\n"))
 		st.Close()

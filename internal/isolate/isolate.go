@@ -105,7 +105,10 @@ type childConfig struct {
 	StatusFD int `json:"status"`
 	// BrokerFD, in stage 2 with a root user, is the root broker's status
 	// pipe (startRootBroker); -1 or 0 = none.
-	BrokerFD  int    `json:"broker,omitempty"`
+	BrokerFD int `json:"broker,omitempty"`
+	// BrokerPid, in stage 2 with a root user, is the broker's pid: stage
+	// 1 leaves it stopped (SIGSTOP) for stage 2 to release (SIGCONT).
+	BrokerPid int    `json:"broker_pid,omitempty"`
 	Hostname  string `json:"hostname"`
 	Network   string `json:"network"`
 	HomeSize  int64  `json:"home"`

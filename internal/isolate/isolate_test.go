@@ -46,6 +46,19 @@ func TestMain(m *testing.M) {
 		fmt.Printf("root before ready: %v, after: %v\n", early, RootAvailable())
 		os.Exit(0)
 	}
+	if IsChild() && strings.HasPrefix(os.Getenv("ISOLATE_TEST_MODE"), "root-held") {
+		// As the local variant's agent does: ready, the broker held.
+		ready, err := ChildAsync()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "ChildAsync:", err)
+			os.Exit(3)
+		}
+		if err := ready(); err != nil {
+			fmt.Fprintln(os.Stderr, "ready:", err)
+			os.Exit(3)
+		}
+		os.Exit(rootHeldChecks(os.Getenv("ISOLATE_TEST_MODE")))
+	}
 	if IsChild() {
 		if err := Child(); err != nil {
 			fmt.Fprintln(os.Stderr, "Child:", err)

@@ -25,6 +25,7 @@ func IsChild() bool                                 { return false }
 func IsSudo() bool                                  { return false }
 func Sudo() int                                     { return 1 }
 func RootAvailable() bool                           { return false }
+func ReleaseRootBroker()                            {}
 func RootOpen(string, int, os.FileMode, bool) (*os.File, error) {
 	return nil, errUnsupported
 }

@@ -43,10 +43,13 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 // maxRootRequest bounds a request to the broker (argv and environment).
@@ -162,16 +165,29 @@ const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
 // listens (TestRootAvailableBeforeReady).
 const slowBrokerEnv = "CODE_SANDBOXES_ISOLATE_SLOW_BROKER"
 
+// holdBrokerEnv, set in a Spec's Env, keeps ChildAsync's hold on the
+// broker until something releases it (TestRootBrokerHeld).
+const holdBrokerEnv = "CODE_SANDBOXES_ISOLATE_HOLD_BROKER"
+
 // brokerFailEnv, set in a Spec's Env, makes the broker fail before it
 // listens (TestRootBrokerFails).
 const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
 
-// startRootBroker starts the broker as uid 0 and returns without waiting
-// for it: its own start (two more runs of the binary) overlaps stage 2's.
-// It leaves in cfg.BrokerFD the read end of the broker's status pipe, open
-// across stage 1's re-exec, on which stage 2 waits for "ready" before it
-// reports the sandbox ready (waitRootBroker): nothing runs in the sandbox
-// before the broker listens, and a broker that fails fails the start.
+// startRootBroker starts the broker as uid 0 and stops it (SIGSTOP) as
+// soon as it has been executed, before it has done much of its own start:
+// two more runs of the binary, whose CPU the kernel's start (python's, the
+// longest step of a cold start) needs more on a small host. Stage 2
+// releases it (ReleaseRootBroker: Child before it reports ready; the local
+// agent once the first kernel has started). It leaves in cfg.BrokerFD the
+// read end of the broker's status pipe, open across stage 1's re-exec, on
+// which stage 2 learns that it listens or why it failed (waitRootBroker),
+// and its pid in cfg.BrokerPid.
+//
+// Stage 2 may release it although it has no capability and is another
+// user: the broker's user namespace is owned by the sandbox's user, who
+// holds every capability in it (as every process of the sandbox's user
+// does: root here is no privilege over that user, only a convenience for
+// it; the reverse is what rootuser.go guards).
 func startRootBroker(cfg *childConfig) error {
 	// Raw fds, not *os.File: the read end must outlive this process's
 	// image, and an os.File's finalizer would close it once unreachable.
@@ -241,6 +257,19 @@ func startRootBroker(cfg *childConfig) error {
 		unix.Close(statR)
 		return fmt.Errorf("root user: start broker: %w", err)
 	}
+	// Start returns once the broker has executed: stopped now, it has run
+	// at most the first instructions of the runtime's start.
+	if err := unix.Kill(cmd.Process.Pid, unix.SIGSTOP); err != nil {
+		cmd.Process.Kill()
+		unix.Close(statR)
+		return fmt.Errorf("root user: hold the broker: %w", err)
+	}
+	cfg.BrokerPid = cmd.Process.Pid
+	if err := os.WriteFile(rootBrokerPidFile, []byte(strconv.Itoa(cfg.BrokerPid)), 0o444); err != nil {
+		cmd.Process.Kill()
+		unix.Close(statR)
+		return fmt.Errorf("root user: %w", err)
+	}
 	// Not waited for: stage 1 becomes the agent, whose reaper collects it.
 	// The read end goes to stage 2 (cleared close-on-exec only now, so the
 	// broker never held it).
@@ -253,8 +282,116 @@ func startRootBroker(cfg *childConfig) error {
 	return nil
 }
 
-// brokerStartTimeout bounds stage 2's wait for the broker.
+// brokerStartTimeout bounds stage 2's wait for the broker once released,
+// and a root request's wait for its socket.
 const brokerStartTimeout = 10 * time.Second
+
+// rootBrokerHold is how long after ready (ChildAsync) the broker is
+// released at the latest, whatever the caller waits for.
+const rootBrokerHold = time.Second
+
+// rootBroker is stage 2's handle on the broker stage 1 started and holds.
+var rootBroker struct {
+	pid, fd int
+	once    sync.Once
+	done    chan struct{} // nil: none; closed once it listens or failed
+	err     error         // why it failed, once done
+}
+
+// ReleaseRootBroker lets the root broker that stage 1 started and holds go
+// on with its start (once; later calls, and calls in a sandbox without a
+// root user or outside stage 2, do nothing). It doesn't wait: requests
+// for root wait until the broker listens (dialRoot). A broker that fails
+// is reported on stderr (the agent's log) and to those requests.
+func ReleaseRootBroker() {
+	b := &rootBroker
+	if b.done == nil {
+		return
+	}
+	b.once.Do(func() {
+		trace.Mark("stage 2: root broker released")
+		// ESRCH: it died already; its status pipe says why.
+		_ = unix.Kill(b.pid, unix.SIGCONT)
+		go func() {
+			b.err = waitRootBroker(b.fd)
+			if b.err != nil {
+				fmt.Fprintf(os.Stderr, "code-sandboxes: %v\n", b.err)
+			}
+			close(b.done)
+		}()
+	})
+}
+
+// awaitRootBroker releases the broker and waits until it listens or
+// fails (bounded by brokerStartTimeout): nil once it listens, or when this
+// process holds no broker.
+func awaitRootBroker() error {
+	if rootBroker.done == nil {
+		return nil
+	}
+	ReleaseRootBroker()
+	<-rootBroker.done
+	return rootBroker.err
+}
+
+// readBrokerPid reads rootBrokerPidFile: 0 if it is missing or not a
+// small regular file holding a number (root may replace it with anything:
+// nothing here may block or read much).
+func readBrokerPid() int {
+	f, err := os.OpenFile(rootBrokerPidFile, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return 0
+	}
+	var b [16]byte
+	n, _ := f.Read(b[:])
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil {
+		return 0
+	}
+	return pid
+}
+
+// dialRoot connects to the root broker. The broker may still be held
+// (ChildAsync holds it for a while after the sandbox is ready) or
+// starting: its socket appears, by a rename, only once it listens. A
+// missing socket releases the broker (stage 2, its holder, then waits for
+// its status; any other process of the sandbox's user may signal it too:
+// that user owns root's user namespace) and is waited for, up to
+// brokerStartTimeout; any other error is final.
+func dialRoot() (*net.UnixConn, error) {
+	if err := awaitRootBroker(); err != nil {
+		return nil, fmt.Errorf("the sandbox's root user is not available: %w", err)
+	}
+	addr := &net.UnixAddr{Name: RootSocket, Net: "unixpacket"}
+	deadline := time.Now().Add(brokerStartTimeout)
+	released := false
+	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		c, err := net.DialUnix("unixpacket", nil, addr)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, syscall.ENOENT) {
+			return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+		}
+		if !released {
+			released = true
+			// Best effort: a pid that isn't the held broker (root may
+			// rewrite the file) gets a SIGCONT, which only continues a
+			// stopped process of the user's own.
+			if pid := readBrokerPid(); pid > 1 {
+				_ = unix.Kill(pid, unix.SIGCONT)
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the sandbox's root broker is not listening after %v (it failed to start or was removed; the sandbox's log says why): %w", brokerStartTimeout, err)
+		}
+		time.Sleep(delay)
+	}
+}
 
 // waitRootBroker waits, in stage 2, until the broker started by stage 1
 // reports on fd that it listens, and closes fd (user code must not inherit
@@ -409,9 +546,17 @@ func rootStage4(cfg *childConfig, st *os.File) {
 	if os.Getenv(slowBrokerEnv) != "" {
 		time.Sleep(300 * time.Millisecond) // a busy host's broker (TestRootAvailableBeforeReady)
 	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	// Bound and made everyone's under another name, then renamed into
+	// place: a client that finds the socket finds it listening (dialRoot
+	// waits only while it is missing).
+	tmp := RootSocket + ".new"
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
 	if err == nil {
-		err = os.Chmod(RootSocket, 0o666)
+		ln.SetUnlinkOnClose(false)
+		err = os.Chmod(tmp, 0o666)
+	}
+	if err == nil {
+		err = os.Rename(tmp, RootSocket)
 	}
 	if err != nil {
 		fmt.Fprintf(st, "error: listen: %v\n", err)
@@ -562,9 +707,9 @@ func serveRootOpen(c *net.UnixConn, req rootRequest) {
 // root. Errors carry the errno (fs.ErrNotExist, fs.ErrPermission… match).
 func RootOpen(path string, flags int, perm os.FileMode, mkdir bool) (*os.File, error) {
 	req, _ := json.Marshal(rootRequest{Op: "open", Path: path, Flags: flags, Perm: uint32(perm.Perm()), Mkdir: mkdir})
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	c, err := dialRoot()
 	if err != nil {
-		return nil, fmt.Errorf("the sandbox's root broker: %w", err)
+		return nil, err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(30 * time.Second))
@@ -691,9 +836,9 @@ options:
 	if len(req) > maxRootRequest {
 		return fail("arguments and environment too long (over %d bytes)", maxRootRequest)
 	}
-	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: RootSocket, Net: "unixpacket"})
+	c, err := dialRoot()
 	if err != nil {
-		return fail("the sandbox's root broker: %v", err)
+		return fail("%v", err)
 	}
 	defer c.Close()
 	// Signals first, so that none sent once the command runs is lost.

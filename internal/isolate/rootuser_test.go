@@ -3,6 +3,7 @@
 package isolate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -348,5 +349,152 @@ func TestRootAvailableBeforeReady(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(b)); got != "root before ready: true, after: true" {
 		t.Errorf("%s", got)
+	}
+}
+
+// procState is the state letter of pid in /proc/pid/stat ("" if gone).
+func procState(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
+}
+
+// rootHeldChecks runs as the init of a sandbox with a root user after
+// ChildAsync's ready, as the local variant's agent does, before anything
+// has released the broker; mode says what to check. It prints one "ok" or
+// "FAIL" line per check.
+func rootHeldChecks(mode string) int {
+	pid := rootBroker.pid
+	check := func(what string, err error) {
+		if err != nil {
+			fmt.Printf("FAIL %s: %v\n", what, err)
+		} else {
+			fmt.Printf("ok %s\n", what)
+		}
+	}
+	held := func() error {
+		if st := procState(pid); st != "T" {
+			return fmt.Errorf("broker (pid %d) in state %q, want T (stopped)", pid, st)
+		}
+		if _, err := os.Lstat(RootSocket); !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("socket before the broker's release: %v", err)
+		}
+		return nil
+	}
+	check("the broker is held after ready, its socket absent", held())
+	switch mode {
+	case "root-held":
+		// sudo from a process of its own (not the holder) waits for the
+		// broker; the holder's root request releases it.
+		type res struct {
+			out  string
+			code int
+		}
+		c := make(chan res, 1)
+		go func() { o, code := sudo("id", "-u"); c <- res{o, code} }()
+		r := <-c
+		check("a sudo (another process) releases the held broker and is served", func() error {
+			if r.out != "0" || r.code != 0 {
+				return fmt.Errorf("sudo id -u: %q exit %d, want 0", r.out, r.code)
+			}
+			return nil
+		}())
+		f, err := RootOpen("/root/held", os.O_CREATE|os.O_WRONLY, 0o600, false)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = f.Stat(); err == nil && fi.Sys().(*syscall.Stat_t).Uid != RootOuterUID {
+				err = fmt.Errorf("owned by %d, want root (%d)", fi.Sys().(*syscall.Stat_t).Uid, RootOuterUID)
+			}
+			f.Close()
+		}
+		check("the holder's root request is served once the broker listens", err)
+	case "root-held-holder":
+		f, err := RootOpen("/root/held", os.O_CREATE|os.O_WRONLY, 0o600, false)
+		if err == nil {
+			f.Close()
+		}
+		check("the holder's root request releases the broker and is served", err)
+	case "root-held-expires":
+		// Nothing releases it: it starts rootBrokerHold after ready.
+		deadline := time.Now().Add(rootBrokerHold + 10*time.Second)
+		for {
+			if _, err := os.Lstat(RootSocket); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				check("the broker starts by itself after the hold", fmt.Errorf("no socket %v after ready", rootBrokerHold+10*time.Second))
+				return 0
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		out, code := sudo("id", "-u")
+		check("the broker starts by itself after the hold", func() error {
+			if out != "0" || code != 0 {
+				return fmt.Errorf("sudo id -u: %q exit %d, want 0", out, code)
+			}
+			return nil
+		}())
+	case "root-held-fails":
+		// A broker that fails once released: the sandbox is up (ready was
+		// reported), and root's requests say why.
+		_, err := RootOpen("/root/x", os.O_CREATE|os.O_WRONLY, 0o600, false)
+		check("a failed broker's reason reaches root's requests", func() error {
+			if err == nil || !strings.Contains(err.Error(), "failing as asked") {
+				return fmt.Errorf("RootOpen: %v, want the broker's error", err)
+			}
+			return nil
+		}())
+	}
+	return 0
+}
+
+// TestRootBrokerHeld: with ChildAsync (the local variant's agent) the
+// broker is held stopped after ready, so that its start doesn't compete
+// with the kernel's for the CPU; root's requests (sudo from any process,
+// the holder's RootOpen) release it, wait for it and are served; nothing
+// released, it starts by itself after rootBrokerHold; and a broker that
+// fails once released reports why to root's requests.
+// (The sandbox's user owns root's user namespace, so it may signal the
+// broker, held or not, as it may become root: root is no privilege over
+// the user here, only the other way round; TestRootUser checks that.)
+func TestRootBrokerHeld(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testdep.Require(t, false, "a root user needs a root caller")
+	}
+	for _, tc := range []struct {
+		mode string
+		env  []string
+		want string
+	}{
+		// Held for good unless released: a request that didn't release
+		// it would wait brokerStartTimeout and fail.
+		{"root-held", []string{holdBrokerEnv + "=1"}, "ok the holder's root request is served once the broker listens"},
+		{"root-held-holder", []string{holdBrokerEnv + "=1"}, "ok the holder's root request releases the broker and is served"},
+		{"root-held-expires", nil, "ok the broker starts by itself after the hold"},
+		{"root-held-fails", []string{brokerFailEnv + "=1"}, "ok a failed broker's reason reaches root's requests"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			p, out := startSandbox(t, Spec{HostRootUID: RootModeHostUID - SandboxUID, HostRootGID: RootModeHostGID - SandboxGID}, tc.mode, tc.env...)
+			all, _ := io.ReadAll(out)
+			for line := range strings.Lines(string(all)) {
+				if line = strings.TrimSpace(line); strings.HasPrefix(line, "FAIL") {
+					t.Error(line)
+				} else {
+					t.Log(line)
+				}
+			}
+			if !strings.Contains(string(all), tc.want) {
+				t.Errorf("the checks did not all run: %q", all)
+			}
+			if info, err := p.Wait(); err != nil || info.ExitCode != 0 {
+				t.Errorf("Wait: %v %v", info, err)
+			}
+		})
 	}
 }

@@ -34,6 +34,10 @@ const (
 	// entry of that name is hidden.
 	RootDir    = "/.code-sandboxes"
 	RootSocket = RootDir + "/root.sock"
+	// rootBrokerPidFile holds the broker's pid (in the sandbox's pid
+	// namespace) while ChildAsync holds it: a root request finding no
+	// socket releases it (SIGCONT) instead of waiting for its holder.
+	rootBrokerPidFile = RootDir + "/broker.pid"
 	// SudoPath is this binary, read-only: run as "sudo" it is the client.
 	SudoPath = RootDir + "/bin/sudo"
 	// RootHome is root's home; a rootfs's own /root is hidden.

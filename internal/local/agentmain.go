@@ -101,6 +101,12 @@ func runAgent() int {
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 		EarlyKernel: early, ToolsSocket: es.Tools,
+		// The root broker (isolate.ChildAsync holds it) starts once the
+		// kernel has and the first requests are answered: on a small host
+		// they compete for the CPU, and the first result waits for them.
+		// Root's requests made before then release it themselves, or wait
+		// (isolate's rootBrokerHold at most).
+		AfterWarm: isolate.ReleaseRootBroker,
 	})
 	trace.Mark("agent: server made")
 	if !cfg.NoPrewarm {
@@ -130,6 +136,9 @@ func runAgent() int {
 		return 1
 	}
 	trace.Mark("agent: reported ready")
+	if cfg.NoPrewarm {
+		isolate.ReleaseRootBroker()
+	}
 	agent.IgnoreSignals()
 	trace.Mark("agent: serving")
 	ctx := context.Background()
