@@ -18,6 +18,8 @@ var abBins = flag.String("ab", "", "A/B two sandbox binaries (comma-separated ab
 
 var abEnvB = flag.String("ab-b-env", "", "with -ab: KEY=VALUE set in this program's environment for B's starts only (e.g. CODE_SANDBOXES_EARLY_KERNEL=1, with the same binary as A and B)")
 
+var abNoRootB = flag.Bool("ab-b-noroot", false, "with -ab: B's sandboxes without the root user (LocalConfig.NoRootUser), e.g. to see what the root user costs with the same binary as A and B")
+
 var abTrace = flag.Bool("ab-trace", true, "with -ab: trace every start and print each binary's median timeline")
 
 // abOnly compares two sandbox binaries' cold start in one run, sample by
@@ -45,7 +47,7 @@ func abOnly(ctx context.Context) {
 			trace.Reopen()
 			traces[i] = append(traces[i], p)
 		}
-		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bins[i]}}
+		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bins[i], NoRootUser: *abNoRootB && i == 1}}
 		if k, v, ok := strings.Cut(*abEnvB, "="); ok {
 			if i == 1 {
 				os.Setenv(k, v)

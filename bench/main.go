@@ -253,25 +253,42 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	noRoot := cfg
 	noRoot.Local.NoRootUser = true
 	withNoRoot := os.Geteuid() == 0
-	for i := 0; i < *nCold; i++ {
-		withSandboxBinary("", func() { cold = append(cold, coldOnce()) })
-		if leanErr == nil {
-			withSandboxBinary(lean, func() { coldLean = append(coldLean, coldOnce()) })
-			if withNoRoot {
+	steps := []func(){
+		func() { withSandboxBinary("", func() { cold = append(cold, coldOnce()) }) },
+		func() {
+			if leanErr == nil {
+				withSandboxBinary(lean, func() { coldLean = append(coldLean, coldOnce()) })
+			}
+		},
+		func() {
+			if leanErr == nil && withNoRoot {
 				withSandboxBinary(lean, func() { coldNoRoot = append(coldNoRoot, firstResult(ctx, noRoot, "cold create, no root user")) })
 			}
-		}
-		if bwErr == nil {
-			var b []float64
-			if b, bwErr = timeCmd(1, "bwrap", bwrapArgs...); bwErr == nil {
-				bw = append(bw, b...)
+		},
+		func() {
+			if bwErr == nil {
+				var b []float64
+				if b, bwErr = timeCmd(1, "bwrap", bwrapArgs...); bwErr == nil {
+					bw = append(bw, b...)
+				}
 			}
+		},
+		func() {
+			t := time.Now()
+			sb, err := sandboxes.Create(ctx, cfg)
+			check(err)
+			createOnly = append(createOnly, since(t))
+			check(sb.Close())
+		},
+	}
+	for i := 0; i < *nCold; i++ {
+		// The order turns each round: what one measurement leaves behind
+		// (a sandbox's processes exiting, freed memory, the page cache
+		// of the binary that links every variant) lands on each of the
+		// others as often, not always on the one after it.
+		for j := range steps {
+			steps[(i+j)%len(steps)]()
 		}
-		t := time.Now()
-		sb, err := sandboxes.Create(ctx, cfg)
-		check(err)
-		createOnly = append(createOnly, since(t))
-		check(sb.Close())
 	}
 	cs, co, bs := summarize(cold), summarize(createOnly), summarize(bw)
 	rep.WriteString("## Local sandboxes (issue 3)\n\n")
