@@ -31,15 +31,7 @@ func TestAfterWarm(t *testing.T) {
 			_, err := os.Stat(marker)
 			calls <- err == nil
 		}})
-	ln, err := net.Listen("unix", filepath.Join(dir, "agent.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { s.Serve(sctx, ln); close(served) }()
-	t.Cleanup(func() { cancel(); <-served })
-	c := client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(filepath.Join(dir, "agent.sock")), AccessToken: "t"})
+	c := serveInProcess(t, s, dir)
 	code := "import time; time.sleep(0.2); open(" + pyQuote(marker) + ", 'w').close()"
 	if err := c.Execute(ctx(t), client.ExecuteRequest{Code: code}, func(client.Line) {}); err != nil {
 		t.Fatal(err)
@@ -69,7 +61,19 @@ func TestAfterWarmIdle(t *testing.T) {
 	called := make(chan struct{})
 	s := agent.New(agent.Config{Python: "/usr/bin/python3", Workdir: dir, Prewarm: true, AccessToken: "t",
 		AfterWarm: func() { close(called) }})
-	ln, err := net.Listen("unix", filepath.Join(dir, "agent.sock"))
+	serveInProcess(t, s, dir)
+	select {
+	case <-called:
+	case <-time.After(30 * time.Second):
+		t.Fatal("AfterWarm did not run with the sandbox idle")
+	}
+}
+
+// serveInProcess serves s on a socket in dir until the test ends and
+// returns a client of it (token "t").
+func serveInProcess(t *testing.T, s *agent.Server, dir string) *client.Client {
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,11 +81,7 @@ func TestAfterWarmIdle(t *testing.T) {
 	served := make(chan struct{})
 	go func() { s.Serve(sctx, ln); close(served) }()
 	t.Cleanup(func() { cancel(); <-served })
-	select {
-	case <-called:
-	case <-time.After(30 * time.Second):
-		t.Fatal("AfterWarm did not run with the sandbox idle")
-	}
+	return client.New(client.Options{EnvdURL: "http://sandbox", HTTPClient: client.UnixHTTPClient(sock), AccessToken: "t"})
 }
 
 func pyQuote(s string) string {
