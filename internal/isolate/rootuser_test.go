@@ -80,6 +80,18 @@ func runRootUserChecks() int {
 		want([]string{"id", "-u"}, "0", 0), want([]string{"id", "-g"}, "0", 0),
 		want([]string{"-u", "root", "sh", "-c", "echo $HOME $USER"}, "/root root", 0),
 		want([]string{"sh", "-c", "exit 7"}, "", 7)))
+	check("root sees the sandbox's cgroup as / (its own cgroup namespace), as the user does", func() error {
+		mine, err := os.ReadFile("/proc/self/cgroup")
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(string(mine)) {
+			if !strings.HasSuffix(strings.TrimSpace(line), ":/") {
+				return fmt.Errorf("the user's /proc/self/cgroup: %q", mine)
+			}
+		}
+		return want([]string{"cat", "/proc/self/cgroup"}, strings.TrimSpace(string(mine)), 0)
+	}())
 	check("the user itself is not root", func() error {
 		if os.Getuid() != SandboxUID {
 			return fmt.Errorf("uid %d", os.Getuid())
