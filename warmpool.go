@@ -14,7 +14,9 @@ type LocalPoolStats = local.PoolStats
 func LocalWarmPoolStats() LocalPoolStats { return local.Stats() }
 
 // CloseLocalWarmPools ends the local variant's warm pools of this process
-// and the sandboxes waiting in them, and returns once those are cleaned up;
+// and the sandboxes waiting in them, and its spare supervisors (started
+// ahead of a cold Create: internal/local/spare.go), and returns once those
+// are cleaned up;
 // sandboxes already handed out are not touched. Without it a pool's
 // sandboxes end when the process exits (their supervisors notice). The
 // kubernetes variant's pools have kubernetes.ClosePools.

@@ -89,8 +89,11 @@ func Stats() PoolStats {
 
 // ClosePools stops every pool of this process and ends the sandboxes they
 // hold, waiting until their supervisors have cleaned up (a fill under way
-// is waited for and ended too). Claimed sandboxes are not touched.
+// is waited for and ended too), and ends its spare supervisors (spare.go).
+// Claimed sandboxes are not touched.
 func ClosePools(ctx context.Context) {
+	closeSpares()
+	defer WaitSpares() // one starting is ended once started
 	pools.mu.Lock()
 	all := pools.m
 	pools.m = map[string]*pool{}

@@ -124,6 +124,15 @@ func runShim() int {
 	trace.Mark("shim: inits done")
 	// The supervisor mostly sleeps; one thread is plenty.
 	runtime.GOMAXPROCS(1)
+	raw := []byte(os.Getenv(shimSpecEnv))
+	if os.Getenv(shimSpareEnv) != "" {
+		// Started ahead (spare.go): the spec and the ready pipe come now.
+		os.Unsetenv(shimSpareEnv)
+		var ok bool
+		if raw, ok = awaitSpareSpec(); !ok {
+			return 0
+		}
+	}
 	ready := os.NewFile(3, "ready")
 	report := func(r shimReport) {
 		if ready != nil {
@@ -133,11 +142,12 @@ func runShim() int {
 		}
 	}
 	var spec shimSpec
-	if err := json.Unmarshal([]byte(os.Getenv(shimSpecEnv)), &spec); err != nil {
+	if err := json.Unmarshal(raw, &spec); err != nil {
 		report(shimReport{Error: "bad shim spec: " + err.Error()})
 		return 2
 	}
 	os.Unsetenv(shimSpecEnv)
+	nameSpare(spec.Dir)
 	// A warm-pool sandbox lives while its pool's owner holds the other end
 	// of this pipe, until claimed (see pool.go).
 	var owner *os.File

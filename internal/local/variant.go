@@ -196,30 +196,52 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(exe)
-	cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
-	cmd.Env = append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
-	cmd.ExtraFiles = []*os.File{readyW}
-	if owner != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, owner) // the shim's fd 4
-		cmd.Env = append(cmd.Env, poolFDEnv+"=4")
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	shimEnv := append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim)
 	trace.Mark("create: checks done, starting the supervisor")
-	if err := cmd.Start(); err != nil {
-		readyR.Close()
-		readyW.Close()
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("start sandbox supervisor: %w", err)
+	// A spare supervisor, started ahead, serves a cold Create (spare.go);
+	// not a pool's, which hands its supervisor one more fd.
+	var cmd *exec.Cmd
+	var spare *spareShim
+	if owner == nil {
+		spare = takeSpare(exe, shimEnv)
+	}
+	if spare != nil {
+		if err := spare.handOver(b, readyW); err == nil {
+			cmd = spare.cmd // reaped already (reapLater)
+			trace.Mark("create: spare supervisor given the spec")
+		} else {
+			spare.discard()
+			spare = nil
+		}
+	}
+	if cmd == nil {
+		cmd = exec.Command(exe)
+		cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
+		cmd.Env = append(shimEnv, shimSpecEnv+"="+string(b))
+		cmd.ExtraFiles = []*os.File{readyW}
+		if owner != nil {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, owner) // the shim's fd 4
+			cmd.Env = append(cmd.Env, poolFDEnv+"=4")
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			readyR.Close()
+			readyW.Close()
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("start sandbox supervisor: %w", err)
+		}
+		// The shim outlives us; reap it if it dies while we still run.
+		reapLater(cmd)
 	}
 	readyW.Close()
-	// The shim outlives us; reap it if it dies while we still run.
-	reapLater(cmd)
 
 	trace.Mark("create: supervisor started")
 	rep, err := readReport(ctx, readyR)
 	readyR.Close()
 	trace.Mark("create: supervisor reported")
+	if owner == nil && err == nil && rep.OK {
+		afterCreate(exe, shimEnv, spare != nil)
+	}
 	if err != nil || !rep.OK {
 		_ = cmd.Process.Kill()
 		os.RemoveAll(dir)
