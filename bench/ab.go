@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"os"
 	"path/filepath"
 	"sort"
@@ -67,6 +68,7 @@ func abOnly(ctx context.Context) {
 			check(fmt.Errorf("ab: got %q", ex.Text()))
 		}
 		check(sb.Close())
+		local.WaitSpares() // outside the next start (spare.go)
 		return ms
 	}
 	// A warm-up of each (fingerprint checks, page cache), not counted.

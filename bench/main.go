@@ -243,7 +243,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	bwrapArgs := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--unshare-all", "--die-with-parent", "--uid", "1000", "--gid", "100", *python, "-c", "pass"}
-	var cold, coldLean, coldNoRoot, createOnly, bw []float64
+	var cold, coldLean, coldNoRoot, coldNoSpare, createOnly, bw []float64
 	var bwErr error
 	lean, leanErr := leanBinary()
 	coldOnce := func() float64 { return firstResult(ctx, cfg, "cold create") }
@@ -258,6 +258,15 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 		func() {
 			if leanErr == nil {
 				withSandboxBinary(lean, func() { coldLean = append(coldLean, coldOnce()) })
+			}
+		},
+		func() {
+			// A process's first Create, or any with spares off: its
+			// supervisor starts at its Create (internal/local/spare.go).
+			if leanErr == nil {
+				os.Setenv(local.SpareSupervisorEnv, "0")
+				withSandboxBinary(lean, func() { coldNoSpare = append(coldNoSpare, coldOnce()) })
+				os.Unsetenv(local.SpareSupervisorEnv)
 			}
 		},
 		func() {
@@ -279,6 +288,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 			check(err)
 			createOnly = append(createOnly, since(t))
 			check(sb.Close())
+			local.WaitSpares()
 		},
 	}
 	for i := 0; i < *nCold; i++ {
@@ -312,6 +322,8 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 		cl := summarize(coldLean)
 		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cl.p50, cl.tail(), ratio(cl.p50))
 		samples["cold Create → first result (lean sandbox binary)"] = coldLean
+		ns := summarize(coldNoSpare)
+		fmt.Fprintf(rep, "| the same without a spare supervisor (a process's first `Create`, or `%s=0`; the rows above had one waiting, started %v after the Create before theirs) | %.1f ms | %.1f ms | %s |\n", local.SpareSupervisorEnv, local.SpareDelay, ns.p50, ns.tail(), ratio(ns.p50))
 		if withNoRoot {
 			nr := summarize(coldNoRoot)
 			fmt.Fprintf(rep, "| the same without the root user (`LocalConfig.NoRootUser`: no sudo inside, no broker process) | %.1f ms | %.1f ms | %s |\n", nr.p50, nr.tail(), ratio(nr.p50))
@@ -879,5 +891,8 @@ func firstResult(ctx context.Context, cfg sandboxes.Config, what string) float64
 	}
 	ms := since(t)
 	check(sb.Close())
+	// A spare supervisor this Create had start (internal/local/spare.go)
+	// starts outside the next measurement, which may be a peer's.
+	local.WaitSpares()
 	return ms
 }
