@@ -46,6 +46,25 @@ func poolRecords(t *testing.T, rt string) []poolRecord {
 	return out
 }
 
+// startTestChild runs this test binary's test name in a child process
+// with env added, killed when the test ends, and returns it and a scanner
+// of its stdout.
+func startTestChild(t *testing.T, name, env string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, bufio.NewScanner(out)
+}
+
 func poolRuntimeDir(t *testing.T) string {
 	t.Helper()
 	rt, err := os.MkdirTemp("", "cs-pool-")
@@ -253,18 +272,7 @@ func TestLocalWarmPoolOwnerKilled(t *testing.T) {
 		t.Skip("creates sandboxes")
 	}
 	rt := poolRuntimeDir(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLocalWarmPoolOwnerKilled$", "-test.v")
-	cmd.Env = append(os.Environ(), "CS_POOL_OWNER_RT="+rt)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	sc := bufio.NewScanner(out)
+	cmd, sc := startTestChild(t, "TestLocalWarmPoolOwnerKilled", "CS_POOL_OWNER_RT="+rt)
 	ready := false
 	for sc.Scan() {
 		if sc.Text() == "pool ready" {

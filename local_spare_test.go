@@ -3,11 +3,9 @@
 package sandboxes_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -118,19 +116,8 @@ func TestLocalSpareEndsWithCaller(t *testing.T) {
 	}
 	t.Setenv(local.SpareSupervisorEnv, "1")
 	rt := poolRuntimeDir(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLocalSpareEndsWithCaller$", "-test.v")
-	cmd.Env = append(os.Environ(), "CS_SPARE_OWNER_RT="+rt)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cmd, sc := startTestChild(t, "TestLocalSpareEndsWithCaller", "CS_SPARE_OWNER_RT="+rt)
 	var pids []int
-	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "spare "); ok {
 			if pid, err := strconv.Atoi(rest); err == nil {
