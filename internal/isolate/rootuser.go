@@ -178,7 +178,8 @@ const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
 // two more runs of the binary, whose CPU the kernel's start (python's, the
 // longest step of a cold start) needs more on a small host. Stage 2
 // releases it (ReleaseRootBroker: Child before it reports ready; the local
-// agent once the first kernel has started). It leaves in cfg.BrokerFD the
+// agent once its first kernel has answered and no request is in flight),
+// or a request for root does (dialRoot). It leaves in cfg.BrokerFD the
 // read end of the broker's status pipe, open across stage 1's re-exec, on
 // which stage 2 learns that it listens or why it failed (waitRootBroker),
 // and its pid in cfg.BrokerPid.

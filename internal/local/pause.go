@@ -32,7 +32,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -385,17 +384,11 @@ func startShim(ctx context.Context, exe string, ss shimSpec) error {
 		return err
 	}
 	defer readyR.Close()
-	cmd := exec.Command(exe)
-	cmd.Args = []string{"code-sandboxes-shim", filepath.Base(ss.Dir)}
-	cmd.Env = append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim, shimSpecEnv+"="+string(b))
-	cmd.ExtraFiles = []*os.File{readyW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		readyW.Close()
+	cmd, err := execShim(exe, filepath.Base(ss.Dir), append(shimEnv(), shimSpecEnv+"="+string(b)), []*os.File{readyW})
+	readyW.Close()
+	if err != nil {
 		return fmt.Errorf("start sandbox supervisor: %w", err)
 	}
-	readyW.Close()
-	reapLater(cmd)
 	if ss.Restore && ss.Image == "" {
 		return waitRestore(ctx, cmd.Process.Pid, ss, readyR)
 	}

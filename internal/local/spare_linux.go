@@ -8,8 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"syscall"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,18 +29,13 @@ func startSpare(exe string, env []string) (*spareShim, error) {
 		return nil, err
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "spare supervisor"), os.NewFile(uintptr(fds[1]), "spare supervisor")
-	cmd := exec.Command(exe)
-	cmd.Args = []string{"code-sandboxes-shim", spareArg}
-	cmd.Env = append(append([]string(nil), env...), shimSpareEnv+"=1")
-	cmd.ExtraFiles = []*os.File{theirs} // the spare's fd 3
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	// theirs is the spare's fd 3.
+	cmd, err := execShim(exe, spareArg, append(slices.Clip(env), shimSpareEnv+"=1"), []*os.File{theirs})
 	theirs.Close()
 	if err != nil {
 		ours.Close()
 		return nil, err
 	}
-	reapLater(cmd)
 	// It says when it waits (its start done): only then is it idle, and
 	// a spare that doesn't get there is none.
 	ours.SetReadDeadline(time.Now().Add(spareStartTimeout))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,14 +197,14 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	shimEnv := append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim)
+	env := shimEnv()
 	trace.Mark("create: checks done, starting the supervisor")
 	// A spare supervisor, started ahead, serves a cold Create (spare.go);
 	// not a pool's, which hands its supervisor one more fd.
 	var cmd *exec.Cmd
 	var spare *spareShim
 	if owner == nil {
-		spare = takeSpare(exe, shimEnv)
+		spare = takeSpare(exe, env)
 	}
 	if spare != nil {
 		if err := spare.handOver(b, readyW); err == nil {
@@ -215,23 +216,18 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		}
 	}
 	if cmd == nil {
-		cmd = exec.Command(exe)
-		cmd.Args = []string{"code-sandboxes-shim", dirName(id)}
-		cmd.Env = append(shimEnv, shimSpecEnv+"="+string(b))
-		cmd.ExtraFiles = []*os.File{readyW}
+		shimEnv := append(slices.Clip(env), shimSpecEnv+"="+string(b))
+		files := []*os.File{readyW}
 		if owner != nil {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, owner) // the shim's fd 4
-			cmd.Env = append(cmd.Env, poolFDEnv+"=4")
+			files = append(files, owner) // the shim's fd 4
+			shimEnv = append(shimEnv, poolFDEnv+"=4")
 		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := cmd.Start(); err != nil {
+		if cmd, err = execShim(exe, dirName(id), shimEnv, files); err != nil {
 			readyR.Close()
 			readyW.Close()
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("start sandbox supervisor: %w", err)
 		}
-		// The shim outlives us; reap it if it dies while we still run.
-		reapLater(cmd)
 	}
 	readyW.Close()
 
@@ -240,7 +236,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	readyR.Close()
 	trace.Mark("create: supervisor reported")
 	if owner == nil && err == nil && rep.OK {
-		afterCreate(exe, shimEnv, spare != nil)
+		afterCreate(exe, env, spare != nil)
 	}
 	if err != nil || !rep.OK {
 		_ = cmd.Process.Kill()
@@ -275,6 +271,29 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 // defaultPids keeps a fork bomb from taking the host down even when the user
 // set no limit.
 const defaultPids = 1024
+
+// shimEnv is a supervisor's environment, without its spec.
+func shimEnv() []string {
+	return append(append(minimalHostEnv(), sandboxGoEnv...), roleEnv+"="+roleShim)
+}
+
+// execShim starts the sandbox binary exe as a supervisor, arg its
+// argument (the sandbox directory's name, or a spare's placeholder), files
+// its fds from 3 on, in a session of its own (terminal signals for the
+// caller's job must not reach it), reaped if it dies while we still run:
+// it outlives us.
+func execShim(exe, arg string, env []string, files []*os.File) (*exec.Cmd, error) {
+	cmd := exec.Command(exe)
+	cmd.Args = []string{"code-sandboxes-shim", arg}
+	cmd.Env = env
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	reapLater(cmd)
+	return cmd, nil
+}
 
 func minimalHostEnv() []string {
 	var out []string
