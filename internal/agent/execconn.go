@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/rawio"
 )
 
 // ExecUpgrade is the Upgrade token of the lean execution connection
@@ -44,8 +47,18 @@ func (s *Server) handleExecConn(w http.ResponseWriter, r *http.Request) {
 	go s.serveExecConn(conn, brw.Reader)
 }
 
-func (s *Server) serveExecConn(conn net.Conn, br *bufio.Reader) {
+func (s *Server) serveExecConn(conn net.Conn, hbr *bufio.Reader) {
 	defer conn.Close()
+	// Requests and answers go through raw reads and writes where the
+	// socket allows (internal/rawio: the runtime's sysmon thread stays
+	// asleep between executions), after whatever the upgrade's reader had
+	// buffered already.
+	var rd io.Reader = rawio.Reader(conn)
+	if n := hbr.Buffered(); n > 0 {
+		early, _ := hbr.Peek(n)
+		rd = io.MultiReader(bytes.NewReader(bytes.Clone(early)), rd)
+	}
+	br := bufio.NewReaderSize(rd, 4096)
 	reqs := make(chan []byte)
 	gone := make(chan struct{}) // the client closed, or broke the framing
 	stop := make(chan struct{})
@@ -72,7 +85,7 @@ func (s *Server) serveExecConn(conn net.Conn, br *bufio.Reader) {
 			}
 		}
 	}()
-	bw := bufio.NewWriterSize(conn, 32<<10)
+	bw := bufio.NewWriterSize(rawio.Writer(conn), 32<<10)
 	for {
 		var p []byte
 		select {

@@ -173,3 +173,36 @@ func TestExecConnCancelInterrupts(t *testing.T) {
 		t.Fatalf("after the cancel: %q, %v (want the cell interrupted)", got, err)
 	}
 }
+
+// A client that sends its first request in the same write as the upgrade,
+// before the 101: the bytes the upgrade's reader buffered are the start of
+// the request, not lost when the connection switches to raw reads.
+func TestExecConnPipelined(t *testing.T) {
+	a := startAgent(t, "tok")
+	conn, err := net.Dial("unix", a.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := []byte(`{"code":"6 * 7"}`)
+	msg := "GET /x/exec HTTP/1.1\r\nHost: sandbox\r\nConnection: Upgrade\r\nUpgrade: cs-exec\r\nX-Access-Token: tok\r\n\r\n"
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(body)))
+	if _, err := conn.Write(append(append([]byte(msg), hdr[:]...), body...)); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var got []byte
+	buf := make([]byte, 4096)
+	for !strings.Contains(string(got), "end_of_execution") && len(got) < 1<<20 {
+		n, err := conn.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(string(got), "101 Switching Protocols") || !strings.Contains(string(got), `"42"`) ||
+		!strings.Contains(string(got), "end_of_execution") {
+		t.Fatalf("pipelined request: %q", got)
+	}
+}

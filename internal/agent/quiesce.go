@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"errors"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // Quiesce lets the host checkpoint a sandbox whose agent listens on a host
@@ -88,4 +90,13 @@ func (c *trackedConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil // as for an unwrapped connection without half-close
+}
+
+// SyscallConn is the accepted connection's, so that the lean execution
+// connection can use raw reads and writes (internal/rawio).
+func (c *trackedConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/pidwait"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
+	"github.com/code-sandboxes/code-sandboxes/internal/rawio"
 )
 
 //go:embed kernel.py
@@ -437,7 +438,7 @@ func (k *kproc) send(b []byte) {
 			// Returning true: one attempt, never a wait for room. Up to
 			// PIPE_BUF bytes go in whole or not at all.
 			_ = rc.Write(func(fd uintptr) bool {
-				n, err := syscall.Write(int(fd), b)
+				n, err := rawio.Write(int(fd), b)
 				sent = err == nil && n == len(b)
 				return true
 			})
@@ -478,7 +479,7 @@ func (k *kproc) writeMarker(i int, epoch uint64) bool {
 	m = append(append(append(m, markStart), k.token...), ':')
 	m = append(strconv.AppendUint(m, epoch, 10), markEnd)
 	for {
-		_, err := syscall.Write(fd, m)
+		_, err := rawio.Write(fd, m)
 		switch err {
 		case syscall.EINTR:
 			continue
@@ -611,8 +612,9 @@ func readPipe(f *os.File, token []byte, out chan<- pipeItem) {
 		flushText(false)
 		out <- pipeItem{mark: n, isMk: true}
 	}
+	r := rawio.Reader(f)
 	for {
-		n, err := f.Read(buf)
+		n, err := r.Read(buf)
 		now = time.Now()
 		if n > 0 {
 			sc.feed(buf[:n], text, mark)
@@ -647,7 +649,7 @@ func incompleteUTF8(b []byte) int {
 // readFrames reads the kernel's event channel until EOF or a protocol error.
 func readFrames(f *os.File, max int, out chan<- frameItem) {
 	defer close(out)
-	r := bufio.NewReaderSize(f, 64<<10)
+	r := bufio.NewReaderSize(rawio.Reader(f), 64<<10)
 	for {
 		p, err := readFrame(r, max)
 		if err != nil {

@@ -3,9 +3,9 @@
 package kernel
 
 import (
-	"errors"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -31,12 +31,15 @@ func setPipeSize(f *os.File) {
 func processGone(pid int) bool {
 	var info unix.Siginfo
 	for {
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-		if errors.Is(err, unix.EINTR) {
+		// Raw: WNOHANG never blocks, and a raw call doesn't wake the
+		// runtime's sysmon thread (see internal/rawio).
+		_, _, e := unix.RawSyscall6(unix.SYS_WAITID, unix.P_PID, uintptr(pid), uintptr(unsafe.Pointer(&info)),
+			unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, 0, 0)
+		if e == unix.EINTR {
 			continue
 		}
-		if err != nil {
-			return errors.Is(err, unix.ECHILD)
+		if e != 0 {
+			return e == unix.ECHILD
 		}
 		// Without a child to report, WNOHANG leaves the zeroed info as it is.
 		return info.Signo == int32(unix.SIGCHLD)
