@@ -21,6 +21,8 @@ var abEnvB = flag.String("ab-b-env", "", "with -ab: KEY=VALUE set in this progra
 
 var abNoRootB = flag.Bool("ab-b-noroot", false, "with -ab: B's sandboxes without the root user (LocalConfig.NoRootUser), e.g. to see what the root user costs with the same binary as A and B")
 
+var abRTT = flag.Bool("ab-rtt", false, "with -ab: instead of cold starts, one warm sandbox of each binary and -rtt round trips of x + 2 on each, in alternating blocks of 100 (A B / B A), with each one's CPU per round trip (the sandbox's processes)")
+
 var abTrace = flag.Bool("ab-trace", true, "with -ab: trace every start and print each binary's median timeline")
 
 // abOnly compares two sandbox binaries' cold start in one run, sample by
@@ -38,6 +40,11 @@ func abOnly(ctx context.Context) {
 	check(err)
 	defer os.RemoveAll(dir)
 	rt := filepath.Join(dir, "rt")
+	if *abRTT {
+		abRoundTrips(ctx, bins, rt)
+		os.RemoveAll(dir)
+		os.Exit(0)
+	}
 	traces := map[int][]string{}
 	k := 0
 	once := func(i int) float64 {
@@ -118,4 +125,41 @@ func abOnly(ctx context.Context) {
 	fmt.Printf("%d pairs, cold Create -> first result: A p50 %.1f ms (%s %.1f), B p50 %.1f ms (%s %.1f), B-A per pair p50 %+.1f ms\n",
 		*nCold, sa.p50, sa.tailName(), sa.tail(), sb.p50, sb.tailName(), sb.tail(), sd.p50)
 	os.Exit(0)
+}
+
+// abRoundTrips: the warm round trip of two sandbox binaries, block by block
+// on two sandboxes alive at once, so that both see the same load.
+func abRoundTrips(ctx context.Context, bins []string, rt string) {
+	var sbs [2]*sandboxes.Sandbox
+	var dirs [2]string
+	for i, bin := range bins {
+		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bin, NoRootUser: *abNoRootB && i == 1}}
+		sb, err := sandboxes.Create(ctx, cfg)
+		check(err)
+		defer sb.Close()
+		_, err = sb.RunCode(ctx, "x = 40")
+		check(err)
+		sbs[i], dirs[i] = sb, local.SandboxDir(rt, sb.ID())
+	}
+	const block = 100
+	var rtts [2][]float64
+	var cpu [2]float64 // ms
+	for k := 0; len(rtts[1]) < *nRTT; k++ {
+		for j := range 2 {
+			i := j
+			if k%2 == 1 {
+				i = 1 - j
+			}
+			c0 := sandboxCPU(dirs[i])
+			for range block {
+				rtts[i] = append(rtts[i], timeRunCode(ctx, sbs[i]))
+			}
+			cpu[i] += sandboxCPU(dirs[i]) - c0
+		}
+	}
+	for i, bin := range bins {
+		s := summarize(rtts[i])
+		fmt.Printf("%s: x + 2 round trip p50 %.3f ms (%s %.3f), sandbox CPU per round trip %.3f ms, %d round trips\n",
+			bin, s.p50, s.tailName(), s.tail(), cpu[i]/float64(len(rtts[i])), len(rtts[i]))
+	}
 }

@@ -7,6 +7,7 @@
 //	go run ./bench -only local,pool,plots   # some sections (the report has only those)
 //	go run ./bench -trace 20                # the cold start step by step
 //	go run ./bench -ab /tmp/main-sb,/tmp/new-sb -n 30  # two sandbox binaries' cold starts, pair by pair
+//	go run ./bench -ab /tmp/main-sb,/tmp/new-sb -ab-rtt -rtt 4000  # their warm round trips, block by block
 //
 // A section is a func(ctx, *strings.Builder) in its own file, listed once in
 // main's sections; it records distributions for the plots in samples.
