@@ -164,6 +164,23 @@ func lockResume(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// awaitResumeUnlocked waits, at most max, until no process holds dir's
+// resume lock.
+func awaitResumeUnlocked(dir string, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for {
+		f, err := lockResume(dir)
+		if err == nil {
+			f.Close()
+			return
+		}
+		if !errors.Is(err, sberr.ErrAlreadyExists) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // abandonRestore ends a supervisor that did not answer within its bound,
 // and the half-restored gVisor sandbox it may have left: the sandbox stays
 // paused with its checkpoint.
@@ -199,6 +216,10 @@ func waitRestore(ctx context.Context, pid int, ss shimSpec, ready io.Reader) err
 			r.err = errors.New(r.rep.Error)
 		}
 		if r.err != nil {
+			// The supervisor reports before it exits, and its resume lock
+			// goes with it: wait for that (bounded), so that a Resume right
+			// after this answer isn't refused as one under way (CI saw it).
+			awaitResumeUnlocked(ss.Dir, runscShortWait)
 			return fmt.Errorf("%w (it stays paused)", r.err)
 		}
 		return nil
