@@ -13,10 +13,14 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 )
 
-// leanHeaderDelay: like the agent's /execute, the answer's headers wait
+// leanHeaderDelay: as for the agent's /execute, the answer's headers wait
 // this long for the first lines, so a quick cell goes out in one write; a
-// slow one still shows the SDK a response in progress at once.
-const leanHeaderDelay = 2 * time.Millisecond
+// slow one still shows the SDK a response in progress at once. Longer than
+// the agent's own 2 ms: a refusal (an unknown context, a bad request) has
+// its status only if its line arrives before the headers go, and here it
+// comes over a round trip to the sandbox, which on a loaded host took more
+// than 2 ms (CI answered an unknown context with a 200 and a cut stream).
+const leanHeaderDelay = 25 * time.Millisecond
 
 // maxLeanBody: bodies up to this size (nearly every cell) are read whole
 // here and sent over the lean connection; a longer one goes through the
