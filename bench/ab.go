@@ -21,7 +21,7 @@ var abEnvB = flag.String("ab-b-env", "", "with -ab: KEY=VALUE set in this progra
 
 var abNoRootB = flag.Bool("ab-b-noroot", false, "with -ab: B's sandboxes without the root user (LocalConfig.NoRootUser), e.g. to see what the root user costs with the same binary as A and B")
 
-var abRTT = flag.Bool("ab-rtt", false, "with -ab: instead of cold starts, one warm sandbox of each binary and -rtt round trips of x + 2 on each, in alternating blocks of 100 (A B / B A), with each one's CPU per round trip (the sandbox's processes)")
+var abRTT = flag.Bool("ab-rtt", false, "with -ab: instead of cold starts, one warm sandbox of each binary and -rtt round trips of x + 2 on each, in alternating blocks of 100 (A B / B A), with the sandbox's CPU and thread wake-ups per round trip (the wake-ups don't move with the machine's load or a VM's stolen time)")
 
 var abTrace = flag.Bool("ab-trace", true, "with -ab: trace every start and print each binary's median timeline")
 
@@ -143,23 +143,26 @@ func abRoundTrips(ctx context.Context, bins []string, rt string) {
 	}
 	const block = 100
 	var rtts [2][]float64
-	var cpu [2]float64 // ms
+	var cpu, runs [2]float64 // ms, times the sandbox's threads were scheduled in
 	for k := 0; len(rtts[1]) < *nRTT; k++ {
 		for j := range 2 {
 			i := j
 			if k%2 == 1 {
 				i = 1 - j
 			}
-			c0 := sandboxCPU(dirs[i])
+			c0, r0 := sandboxSched(dirs[i])
 			for range block {
 				rtts[i] = append(rtts[i], timeRunCode(ctx, sbs[i]))
 			}
-			cpu[i] += sandboxCPU(dirs[i]) - c0
+			c1, r1 := sandboxSched(dirs[i])
+			cpu[i] += c1 - c0
+			runs[i] += r1 - r0
 		}
 	}
 	for i, bin := range bins {
 		s := summarize(rtts[i])
-		fmt.Printf("%s: x + 2 round trip p50 %.3f ms (%s %.3f), sandbox CPU per round trip %.3f ms, %d round trips\n",
-			bin, s.p50, s.tailName(), s.tail(), cpu[i]/float64(len(rtts[i])), len(rtts[i]))
+		n := float64(len(rtts[i]))
+		fmt.Printf("%s: x + 2 round trip p50 %.3f ms (%s %.3f); per round trip the sandbox's threads ran %.3f ms and were scheduled in %.2f times; %d round trips\n",
+			bin, s.p50, s.tailName(), s.tail(), cpu[i]/n, runs[i]/n, len(rtts[i]))
 	}
 }

@@ -796,15 +796,22 @@ func selfCPU() float64 {
 // sandboxCPU is the on-CPU time (ms) of the threads of the sandbox whose
 // directory is dir: its supervisor and every process under it.
 func sandboxCPU(dir string) float64 {
+	ms, _ := sandboxSched(dir)
+	return ms
+}
+
+// sandboxSched is sandboxCPU and how many times those threads were
+// scheduled in: wake-ups, which a busy VM's stolen time doesn't move.
+func sandboxSched(dir string) (ms, runs float64) {
 	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	var r struct {
 		ShimPid int `json:"shim_pid"`
 	}
 	if json.Unmarshal(b, &r) != nil || r.ShimPid <= 0 {
-		return 0
+		return 0, 0
 	}
 	ns := 0.0
 	for _, pid := range tree(r.ShimPid) {
@@ -814,13 +821,16 @@ func sandboxCPU(dir string) float64 {
 			if err != nil {
 				continue
 			}
-			if f := strings.Fields(string(b)); len(f) > 0 {
+			// schedstat: ns on the CPU, ns waiting for it, times run.
+			if f := strings.Fields(string(b)); len(f) > 2 {
 				v, _ := strconv.ParseFloat(f[0], 64)
+				n, _ := strconv.ParseFloat(f[2], 64)
 				ns += v
+				runs += n
 			}
 		}
 	}
-	return ns / 1e6
+	return ns / 1e6, runs
 }
 
 // hostTasks counts the threads of every process on the host.
