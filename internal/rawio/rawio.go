@@ -16,6 +16,13 @@
 // with RawSyscall inside the descriptor's syscall.RawConn callbacks, which
 // still park the goroutine in the network poller when the descriptor isn't
 // ready and still honour deadlines and Close.
+//
+// O_NONBLOCK belongs to the open file description, not the descriptor:
+// New checks it once, so use this only on descriptions no untrusted
+// process shares (one that could clear the flag would turn a raw read on
+// an empty pipe into a stall of the whole agent). The agent's ends of the
+// kernel's pipes are its own; the output pipes' write ends it marks
+// through are reopened (kernel.reopenWriteFDs) for that very reason.
 package rawio
 
 import (
