@@ -189,3 +189,49 @@ func TestLocalHostUIDPerSandbox(t *testing.T) {
 	}
 	t.Logf("host uids: %d, %d, then %d", ua, ub, hostUIDOf(t, c))
 }
+
+// pipeEnds is a cell that reports each pipe its process holds: the pipe's
+// inode and the access modes of the descriptors it has for it.
+const pipeEnds = `import os, json
+ends = {}
+for f in os.listdir('/proc/self/fd'):
+    try:
+        t = os.readlink('/proc/self/fd/' + f)
+        flags = int([l for l in open('/proc/self/fdinfo/' + f) if l.startswith('flags:')][0].split()[1], 8)
+    except OSError:
+        continue
+    if t.startswith('pipe:'):
+        ends.setdefault(t, []).append(['r', 'w', 'rw'][flags & 3])
+print(json.dumps(ends))`
+
+// A kernel holds only its own end of each of its pipes, never the
+// agent's: the agent reads and writes its ends raw (internal/rawio), and
+// O_NONBLOCK lives in the open file description, so user code sharing one
+// of them could clear it and stall the agent. Both kernels: the default
+// one (stage 1 starts it) and a second context's (the agent does).
+func TestLocalKernelHoldsOneEndPerPipe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sb := newLocal(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	second, err := sb.CreateContext(ctx, sandboxes.ContextOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]sandboxes.RunOption{"default": nil, "second": {sandboxes.InContext(second)}} {
+		ex := runOut(t, sb, pipeEnds, opts...)
+		var ends map[string][]string
+		if ex.Error != nil || json.Unmarshal([]byte(ex.Stdout()), &ends) != nil || len(ends) < 4 {
+			t.Fatalf("%s kernel: %q %v", name, ex.Stdout(), ex.Error)
+		}
+		for pipe, modes := range ends {
+			for _, m := range modes {
+				if m != modes[0] || m == "rw" {
+					t.Errorf("%s kernel holds both ends of %s (%v)", name, pipe, modes)
+				}
+			}
+		}
+	}
+}
