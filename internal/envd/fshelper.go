@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 )
 
@@ -260,7 +261,7 @@ func (s *FilesystemService) helperCmd(ctx context.Context, u User, method string
 	if stdout, err = cmd.StdoutPipe(); err != nil {
 		return nil, nil, nil, nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := cpupin.Start(cmd); err != nil {
 		return nil, nil, nil, nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start the filesystem helper as %s: %w", u.Name, err))
 	}
 	if _, err := stdin.Write(append(req, '\n')); err != nil {

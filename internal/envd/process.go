@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 	pb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/process"
 	"github.com/code-sandboxes/code-sandboxes/internal/envdpb/process/processconnect"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
@@ -236,7 +237,7 @@ func (s *ProcessService) Start(ctx context.Context, req *connect.Request[pb.Star
 		p.abort()
 		return connect.NewError(connect.CodeUnavailable, errors.New("process service is shutting down"))
 	}
-	err = cmd.Start()
+	err = cpupin.Start(cmd) // the agent's full CPU set, not its one CPU
 	cleanup()
 	if err != nil {
 		s.mu.Unlock()

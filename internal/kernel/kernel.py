@@ -84,6 +84,7 @@ class _State:
     forked = False  # os.fork/posix_spawn made a child we can't see finish
     held = None  # (data, md): the cell's main result, sent with its done frame
     go_marks = False  # Go writes the sync markers of a command's final frame
+    wait_cpus = None  # {the agent's CPU}: where the main thread waits for commands
 
 
 _st = _State()
@@ -2613,6 +2614,8 @@ def _main():
     _st.max_frame = int(hello[3])
     lang = hello[4].decode() if len(hello) > 4 else "python"
     _st.go_marks = len(hello) > 5 and hello[5] == b"1"
+    if len(hello) > 6 and hello[6].isdigit() and hasattr(os, "sched_setaffinity"):
+        _st.wait_cpus = {int(hello[6])}
     if lang != "python":
         _st.child = _Child(lang)
     # The user's namespace is a fresh __main__ module, not the kernel's globals.
@@ -2642,10 +2645,28 @@ def _main():
     _split_last("0", "<warm>")
     _bundle(0)
     while True:
+        # Wait on the agent's CPU (internal/cpupin): its command then wakes
+        # this thread there, and this thread's answer wakes the agent there,
+        # not on a halted CPU. Only the main thread, only while it waits:
+        # the cell gets back the set it ended with (threads and processes
+        # the user started keep theirs).
+        user_cpus = None
+        if _st.wait_cpus is not None:
+            try:
+                user_cpus = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, _st.wait_cpus)
+            except (OSError, ValueError, OverflowError):  # no longer ours (a cpuset shrank)
+                _st.wait_cpus = user_cpus = None
         try:
             fields = _read_cmd()
         except EOFError:
             os._exit(0)
+        finally:
+            if user_cpus is not None:
+                try:
+                    os.sched_setaffinity(0, user_cpus)
+                except OSError:
+                    pass
         h = handlers.get(fields[0]) if fields else None
         if h is None:
             os._exit(70)

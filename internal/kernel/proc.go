@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 	"io"
 	"os"
@@ -360,7 +361,8 @@ func spawn(o *Options) (*spawned, error) {
 		ExtraFiles:  []*os.File{cmdR, evtW}, // fd 3, fd 4
 		SysProcAttr: attr,
 	}
-	if err := cmd.Start(); err != nil {
+	// With the agent's full CPU set, not the CPU it is pinned to.
+	if err := cpupin.Start(cmd); err != nil {
 		closeAll()
 		closeMarkW()
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
@@ -399,8 +401,11 @@ func startKernel(o *Options) (*kproc, error) {
 	if k.marksFinal() {
 		goMarks = "1"
 	}
+	// The kernel waits for commands on the agent's CPU (cpupin; -1: it
+	// doesn't pin).
+	cpu := strconv.Itoa(cpupin.CPU())
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
-	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language()), []byte(goMarks)))
+	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language()), []byte(goMarks), []byte(cpu)))
 	go func() {
 		k.waitErr = sp.proc.wait()
 		close(k.exited)

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
@@ -53,6 +54,11 @@ func runAgent() int {
 		return 1
 	}
 	cfgFile.Close()
+	// The agent and its waiting kernel on one CPU (see cpupin): before the
+	// kernel's hello, which tells it the CPU.
+	if _, err := cpupin.Pin(cfg.ID); err != nil {
+		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err) // slower, not less safe
+	}
 	early, es := adoptKernelEarly()
 	// A root user (root callers' sandboxes; isolate's rootuser.go puts sudo
 	// in /usr/local/bin): the SDK's user: 'root' runs through sudo.

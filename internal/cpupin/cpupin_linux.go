@@ -1,0 +1,95 @@
+package cpupin
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	mu   sync.Mutex
+	full unix.CPUSet // the set before Pin
+	one  unix.CPUSet // {CPU()}
+)
+
+// Pin pins every thread of this process (threads made later inherit it) to
+// one CPU of those it may use, chosen by key (the sandbox's id), and
+// returns it. Fewer than two CPUs: nothing to gain, -1 and nil.
+func Pin(key string) (int, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if c := CPU(); c >= 0 {
+		return c, nil
+	}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return -1, fmt.Errorf("cpupin: %w", err)
+	}
+	var allowed []int
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			allowed = append(allowed, c)
+		}
+	}
+	if len(allowed) < 2 {
+		return -1, nil
+	}
+	cpu := pick(allowed, key)
+	one.Zero()
+	one.Set(cpu)
+	full = set
+	// Every thread: the runtime's own (sysmon, idle Ms) as well, since a
+	// goroutine of the hot path may run on any M. A thread that exits
+	// meanwhile is gone (ESRCH) and needs nothing.
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return -1, fmt.Errorf("cpupin: %w", err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &one); err != nil && err != unix.ESRCH {
+			restore(tasks)
+			return -1, fmt.Errorf("cpupin: thread %d: %w", tid, err)
+		}
+	}
+	pinned.Store(int64(cpu))
+	return cpu, nil
+}
+
+func restore(tasks []os.DirEntry) {
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			_ = unix.SchedSetaffinity(tid, &full)
+		}
+	}
+}
+
+// Unpinned runs fn on a thread of its own with the set this process had
+// before Pin: a process fn starts (clone copies the calling thread's set)
+// is not narrowed to the agent's CPU. Without Pin it is just fn().
+func Unpinned(fn func() error) error {
+	if CPU() < 0 {
+		return fn()
+	}
+	runtime.LockOSThread()
+	if unix.SchedSetaffinity(0, &full) != nil {
+		// The set changed under us (a cpuset shrank): the process starts
+		// pinned, which costs it speed, never its start.
+		runtime.UnlockOSThread()
+		return fn()
+	}
+	err := fn()
+	if unix.SchedSetaffinity(0, &one) == nil {
+		runtime.UnlockOSThread()
+	}
+	// Else the thread stays locked to this goroutine, and the runtime
+	// ends it with the goroutine rather than run the hot path unpinned.
+	return err
+}
