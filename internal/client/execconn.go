@@ -37,6 +37,7 @@ const maxIdleExecConns = 4
 
 type execConn struct {
 	c  net.Conn
+	sr *spinReader
 	br *bufio.Reader
 }
 
@@ -150,7 +151,8 @@ func (c *Client) dialExec(ctx context.Context) (*execConn, error) {
 	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", execUpgrade)
-	br := bufio.NewReaderSize(conn, 64<<10)
+	sr := newSpinReader(conn)
+	br := bufio.NewReaderSize(sr, 64<<10)
 	var resp *http.Response
 	if err = req.Write(conn); err == nil {
 		resp, err = http.ReadResponse(br, req)
@@ -171,7 +173,7 @@ func (c *Client) dialExec(ctx context.Context) (*execConn, error) {
 		return nil, readError("execute", resp)
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return &execConn{c: conn, br: br}, nil
+	return &execConn{c: conn, sr: sr, br: br}, nil
 }
 
 // executeConn is Execute over a lean connection. errNoExecConn: nothing was
@@ -281,6 +283,7 @@ func (c *Client) roundTripConn(ec *execConn, body []byte, stream bool, each func
 	if _, err := ec.c.Write(msg); err != nil {
 		return fmt.Errorf("execute: %w: sending the request: %w", sberr.ErrUnavailable, err)
 	}
+	ec.sr.arm()
 	var refused *StatusError
 	long := 0 // bytes of the long line being streamed, 0 if none
 	for {

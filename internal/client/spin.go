@@ -1,0 +1,112 @@
+package client
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/rawio"
+)
+
+// After sending an execution on a lean connection, the caller tries the
+// connection on the CPU for up to spinWait before it sleeps in the poller
+// (rawio.FD.ReadSpin). On a VM the sleep lets the caller's vCPU halt, and
+// the answer then comes as an interrupt to a halted vCPU: an exit to the
+// hypervisor on both sides, a large share of a 0.2 ms round trip. A short
+// cell's answer comes within the spin, so the caller pays at most spinWait
+// of its own CPU per execution for that.
+//
+// Bounds, so that it never costs more than it saves:
+//   - only with two or more CPUs to run on (GOMAXPROCS): on one, the
+//     spinning caller would only delay the agent;
+//   - at most half the CPUs (at least one) spin at once in a process, so
+//     that serve relaying many executions leaves the sandboxes their CPU;
+//   - a connection whose last answer took longer than spinWait (a long
+//     cell) doesn't spin for the next one, until one comes back sooner;
+//     nor does a new connection's first execution, which is often a cold
+//     sandbox's first cell (its kernel still starting: the CPU is better
+//     left to it).
+//
+// CODE_SANDBOXES_SPIN_WAIT sets spinWait (a Go duration; 0 turns it off).
+const DefaultSpinWait = 500 * time.Microsecond
+
+// SpinWaitEnv names the environment variable that sets the spin.
+const SpinWaitEnv = "CODE_SANDBOXES_SPIN_WAIT"
+
+var (
+	spinWait    = spinWaitFromEnv()
+	spinners    atomic.Int32
+	maxSpinners = int32(max(1, runtime.NumCPU()/2))
+	// spinStats counts spins and the ones the answer ended (tests).
+	spinsTried, spinsWon atomic.Int64
+)
+
+func spinWaitFromEnv() time.Duration {
+	v, ok := os.LookupEnv(SpinWaitEnv)
+	if !ok {
+		return DefaultSpinWait
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > 10*time.Millisecond {
+		fmt.Fprintf(os.Stderr, "code-sandboxes: %s=%q is not a duration from 0 to 10ms (e.g. 500us; 0 turns spinning off): not spinning\n", SpinWaitEnv, v)
+		return 0
+	}
+	return d
+}
+
+// spinReader is a lean connection's reader: its first read after a
+// request (arm) may spin.
+type spinReader struct {
+	c    net.Conn
+	fd   *rawio.FD // nil: no raw path here, never spins
+	sent time.Time // armed when not zero
+	last time.Duration
+}
+
+func newSpinReader(c net.Conn) *spinReader {
+	s := &spinReader{c: c, last: math.MaxInt64}
+	if sc, ok := c.(syscall.Conn); ok {
+		s.fd, _ = rawio.New(sc)
+	}
+	return s
+}
+
+// arm: a request went out; the next read waits for its answer.
+func (s *spinReader) arm() {
+	if s != nil {
+		s.sent = time.Now()
+	}
+}
+
+func (s *spinReader) Read(p []byte) (int, error) {
+	if s.sent.IsZero() {
+		return s.c.Read(p)
+	}
+	sent := s.sent
+	s.sent = time.Time{}
+	wait := spinWait
+	if wait <= 0 || s.fd == nil || s.last > wait || runtime.GOMAXPROCS(0) < 2 {
+		n, err := s.c.Read(p)
+		s.last = time.Since(sent)
+		return n, err
+	}
+	if spinners.Add(1) > maxSpinners {
+		spinners.Add(-1)
+		n, err := s.c.Read(p)
+		s.last = time.Since(sent)
+		return n, err
+	}
+	spinsTried.Add(1)
+	n, slept, err := s.fd.ReadSpin(p, sent.Add(wait))
+	spinners.Add(-1)
+	if !slept {
+		spinsWon.Add(1)
+	}
+	s.last = time.Since(sent)
+	return n, err
+}
