@@ -60,11 +60,6 @@ type Config struct {
 	// agent serves, as E2B's code-interpreter template does with its Jupyter
 	// kernel: the first RunCode then skips the interpreter's start-up.
 	Prewarm bool
-	// AfterWarm, if set, runs once, the first time the prewarm's kernel
-	// has answered (or failed to start) and no request is in flight: for
-	// work that would compete for the CPU with the kernel's start and the
-	// first request (the local variant's root broker starts then).
-	AfterWarm func()
 	// Quiesce, when set, lets the host checkpoint the sandbox (quiesce.go).
 	Quiesce *Quiesce
 	// ProtocolPipe makes the kernels' command and event pipes
@@ -99,20 +94,6 @@ type Server struct {
 	inFlight int           // requests (and forwarded connections) in progress
 	idleFor  time.Duration // the idle timeout; 0 = none
 	idle     *time.Timer   // armed while nothing is in flight
-	// warmed: the prewarm's kernel answered or failed; afterWarm is
-	// Config.AfterWarm until it ran.
-	warmed    bool
-	afterWarm func()
-}
-
-// takeAfterWarm returns AfterWarm, once, when it is due (s.mu held).
-func (s *Server) takeAfterWarm() func() {
-	if !s.warmed || s.inFlight > 0 || s.afterWarm == nil {
-		return nil
-	}
-	f := s.afterWarm
-	s.afterWarm = nil
-	return f
 }
 
 // SingleThreaded limits the calling process to one Go P unless GOMAXPROCS
@@ -145,7 +126,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{cfg: cfg, started: time.Now(), expired: make(chan struct{}), lastUsed: time.Now(), afterWarm: cfg.AfterWarm}
+	s := &Server{cfg: cfg, started: time.Now(), expired: make(chan struct{}), lastUsed: time.Now()}
 	sock := cfg.ToolsSocket
 	if sock == "" {
 		sock = NewToolsSocketPath()
@@ -222,11 +203,7 @@ func (s *Server) end() {
 	if s.inFlight == 0 && s.idle != nil {
 		s.idle.Reset(s.idleFor)
 	}
-	f := s.takeAfterWarm()
 	s.mu.Unlock()
-	if f != nil {
-		f()
-	}
 }
 
 // setIdleTimeout (re)starts the idle clock with d (a warm-pool sandbox
@@ -327,23 +304,9 @@ func (s *Server) StartPrewarm(ctx context.Context) {
 			if err == nil {
 				pctx, cancel := context.WithTimeout(ctx, time.Minute)
 				defer cancel()
-				// Start returns once the process is spawned; Warm waits
-				// until the kernel answers, which AfterWarm is about (at
-				// the cost of one round trip before the first request).
-				start := c.session.Start
-				if s.afterWarm != nil {
-					start = c.session.Warm
-				}
-				if err := start(pctx); err != nil {
+				if err := c.session.Start(pctx); err != nil {
 					s.cfg.Logger.Warn("prewarming the default kernel failed", "err", err)
 				}
-			}
-			s.mu.Lock()
-			s.warmed = true
-			f := s.takeAfterWarm()
-			s.mu.Unlock()
-			if f != nil {
-				f()
 			}
 		}()
 	})

@@ -62,13 +62,17 @@ func Child() error {
 // ChildAsync is Child, except that in the final stage it returns before it
 // reports the sandbox ready to Start, and the root user's broker (if any)
 // stays held: ready (call it once) reports, and the broker starts on
-// ReleaseRootBroker, or rootBrokerHold after ready at the latest. The
-// process is fully sandboxed already, so the caller can start work that
-// needs no more (a kernel) before it calls ready, and have it run without
-// the broker's start competing for the CPU; the status and broker pipes
-// are close-on-exec, so no process started meanwhile inherits them. Root's
-// requests made before the broker listens wait for it (dialRoot); a broker
-// that fails is reported on stderr and to them.
+// ReleaseRootBroker or the first request for root (dialRoot), not before.
+// Most sandboxes never ask for root: held, the broker has run only the
+// first instructions of its exec, so it costs neither its Go start's CPU
+// (which would compete with the kernel's start and with the next
+// sandboxes' on a small host) nor the memory of a started Go runtime
+// (about 1.2 MB); the first root request waits for that start instead.
+// The process is fully sandboxed already, so the caller can start work
+// that needs no more (a kernel) before it calls ready; the status and
+// broker pipes are close-on-exec, so no process started meanwhile
+// inherits them. Root's requests made before the broker listens wait for
+// it (dialRoot); a broker that fails is reported on stderr and to them.
 func ChildAsync() (ready func() error, err error) { return childAsync(true) }
 
 // childAsync is ChildAsync; hold: the root broker waits for
@@ -200,8 +204,6 @@ func stage2(cfg *childConfig, st *os.File, hold bool) func() error {
 		rootBroker.pid, rootBroker.fd = cfg.BrokerPid, cfg.BrokerFD
 		rootBroker.done = make(chan struct{})
 	}
-	// Read now: the caller may clear its environment before ready.
-	holdForGood := os.Getenv(holdBrokerEnv) != ""
 	return func() error {
 		if cfg.BrokerFD > 2 && !hold {
 			// The sandbox is ready only once the broker listens.
@@ -210,12 +212,6 @@ func stage2(cfg *childConfig, st *os.File, hold bool) func() error {
 				os.Exit(1)
 			}
 			trace.Mark("stage 2: root broker ready")
-		}
-		if cfg.BrokerFD > 2 && hold && !holdForGood {
-			// Whatever the caller waits for before it releases the
-			// broker, it starts by then (root's requests release it
-			// themselves).
-			time.AfterFunc(rootBrokerHold, ReleaseRootBroker)
 		}
 		_, err := st.Write([]byte("ready\n"))
 		st.Close()

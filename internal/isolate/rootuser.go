@@ -165,10 +165,6 @@ const gcAfterBrokerEnv = "CODE_SANDBOXES_ISOLATE_GC_AFTER_BROKER"
 // listens (TestRootAvailableBeforeReady).
 const slowBrokerEnv = "CODE_SANDBOXES_ISOLATE_SLOW_BROKER"
 
-// holdBrokerEnv, set in a Spec's Env, keeps ChildAsync's hold on the
-// broker until something releases it (TestRootBrokerHeld).
-const holdBrokerEnv = "CODE_SANDBOXES_ISOLATE_HOLD_BROKER"
-
 // brokerFailEnv, set in a Spec's Env, makes the broker fail before it
 // listens (TestRootBrokerFails).
 const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
@@ -177,9 +173,9 @@ const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
 // soon as it has been executed, before it has done much of its own start:
 // two more runs of the binary, whose CPU the kernel's start (python's, the
 // longest step of a cold start) needs more on a small host. Stage 2
-// releases it (ReleaseRootBroker: Child before it reports ready; the local
-// agent once its first kernel has answered and no request is in flight),
-// or a request for root does (dialRoot). It leaves in cfg.BrokerFD the
+// releases it (ReleaseRootBroker: Child before it reports ready; with
+// ChildAsync, the local agent, only when root is first asked for), or a
+// request for root does (dialRoot). It leaves in cfg.BrokerFD the
 // read end of the broker's status pipe, open across stage 1's re-exec, on
 // which stage 2 learns that it listens or why it failed (waitRootBroker),
 // and its pid in cfg.BrokerPid.
@@ -286,10 +282,6 @@ func startRootBroker(cfg *childConfig) error {
 // brokerStartTimeout bounds stage 2's wait for the broker once released,
 // and a root request's wait for its socket.
 const brokerStartTimeout = 10 * time.Second
-
-// rootBrokerHold is how long after ready (ChildAsync) the broker is
-// released at the latest, whatever the caller waits for.
-const rootBrokerHold = time.Second
 
 // rootBroker is stage 2's handle on the broker stage 1 started and holds.
 var rootBroker struct {

@@ -107,12 +107,8 @@ func runAgent() int {
 		Env: cfg.Env, Lifetime: cfg.Lifetime, IdleTimeout: cfg.IdleTimeout, Logger: logger,
 		Routes: routes, OnClose: closeEnvd, Prewarm: !cfg.NoPrewarm,
 		EarlyKernel: early, ToolsSocket: es.Tools,
-		// The root broker (isolate.ChildAsync holds it) starts once the
-		// kernel has and the first requests are answered: on a small host
-		// they compete for the CPU, and the first result waits for them.
-		// Root's requests made before then release it themselves, or wait
-		// (isolate's rootBrokerHold at most).
-		AfterWarm: isolate.ReleaseRootBroker,
+		// The root broker (isolate.ChildAsync holds it) starts on the
+		// first request for root, which releases it and waits for it.
 	})
 	trace.Mark("agent: server made")
 	if !cfg.NoPrewarm {
@@ -142,9 +138,6 @@ func runAgent() int {
 		return 1
 	}
 	trace.Mark("agent: reported ready")
-	if cfg.NoPrewarm {
-		isolate.ReleaseRootBroker()
-	}
 	agent.IgnoreSignals()
 	trace.Mark("agent: serving")
 	ctx := context.Background()
