@@ -120,3 +120,47 @@ func TestLocalNoRootUser(t *testing.T) {
 		t.Errorf("NoRootUser sandbox: %q %v", ex.Text(), ex.Error)
 	}
 }
+
+// TestLocalRootBrokerHeldUntilAsked: in a local sandbox the root user's
+// broker stays stopped until root is first asked for (the agent never
+// releases it by itself), and code in the sandbox can't take the held
+// broker over — it has no seccomp filter yet, so a way into it would be a
+// way out of the filter: its memory, fds and environment can't be opened,
+// and ptrace is refused. A sudo then starts it and is served.
+func TestLocalRootBrokerHeldUntilAsked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	sandboxestest.Require(t, os.Geteuid() == 0, "a root user in the sandbox needs a root caller (the local variant maps it to a host uid of its own)")
+	sb := newLocal(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if ex := runOut(t, sb, "1 + 1"); ex.Text() != "2" {
+		t.Fatalf("first cell: %q %v", ex.Text(), ex.Error)
+	}
+	// The old agent released it 1 s after ready at the latest.
+	time.Sleep(1500 * time.Millisecond)
+	ex := runOut(t, sb, `
+import ctypes, os
+pid = int(open('/.code-sandboxes/broker.pid').read())
+state = [l.split()[1] for l in open('/proc/%d/status' % pid) if l.startswith('State:')][0]
+got = {'state': state}
+for name, flags in (('mem', os.O_RDWR), ('mem', os.O_RDONLY), ('environ', os.O_RDONLY), ('fd', os.O_RDONLY | os.O_DIRECTORY)):
+    try:
+        os.close(os.open('/proc/%d/%s' % (pid, name), flags))
+        got[name + str(flags)] = 'opened'
+    except PermissionError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ptrace(16, pid, None, None) == 0:  # PTRACE_ATTACH
+    got['ptrace'] = 'attached'
+print(sorted(got.items()))
+`)
+	if ex.Error != nil || strings.TrimSpace(ex.Stdout()) != "[('state', 'T')]" {
+		t.Fatalf("the held broker, seen from the sandbox: %q %v; want it stopped and nothing of it opened", ex.Stdout(), ex.Error)
+	}
+	res, err := sb.Commands().Run(ctx, "sudo id -u && grep State: /proc/$(cat /.code-sandboxes/broker.pid)/status")
+	if err != nil || res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "0\n") || strings.Contains(res.Stdout, "(stopped)") {
+		t.Fatalf("sudo after the hold: %+v %v; want 0 and a running broker", res, err)
+	}
+}

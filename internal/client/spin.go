@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/rawio"
@@ -22,12 +21,14 @@ import (
 // of its own CPU per execution for that.
 //
 // Bounds, so that it never costs more than it saves:
-//   - only with two or more CPUs to run on (GOMAXPROCS): on one, the
-//     spinning caller would only delay the agent;
-//   - at most half the CPUs (at least one) spin at once in a process, so
+//   - only with two or more CPUs to run on (GOMAXPROCS, which follows a
+//     container's CPU limit): on one, the spinning caller would only delay
+//     the agent;
+//   - at most half of those (at least one) spin at once in a process, so
 //     that serve relaying many executions leaves the sandboxes their CPU;
-//   - a connection whose last answer took longer than spinWait (a long
-//     cell) doesn't spin for the next one, until one comes back sooner;
+//   - a connection whose last answer's first bytes took longer than
+//     spinWait (a long cell) doesn't spin for the next one, until one
+//     comes back sooner;
 //     nor does a new connection's first execution, which is often a cold
 //     sandbox's first cell (its kernel still starting: the CPU is better
 //     left to it).
@@ -39,10 +40,10 @@ const DefaultSpinWait = 500 * time.Microsecond
 const SpinWaitEnv = "CODE_SANDBOXES_SPIN_WAIT"
 
 var (
-	spinWait    = spinWaitFromEnv()
-	spinners    atomic.Int32
-	maxSpinners = int32(max(1, runtime.NumCPU()/2))
-	// spinStats counts spins and the ones the answer ended (tests).
+	spinWait = spinWaitFromEnv()
+	spinners atomic.Int32
+	// spinsTried and spinsWon count spins and the ones the answer ended
+	// (tests).
 	spinsTried, spinsWon atomic.Int64
 )
 
@@ -60,7 +61,8 @@ func spinWaitFromEnv() time.Duration {
 }
 
 // spinReader is a lean connection's reader: its first read after a
-// request (arm) may spin.
+// request (arm) may spin. A Close or read deadline during the spin takes
+// effect when it ends (spinWait at most, 10 ms at the very most).
 type spinReader struct {
 	c    net.Conn
 	fd   *rawio.FD // nil: no raw path here, never spins
@@ -70,7 +72,12 @@ type spinReader struct {
 
 func newSpinReader(c net.Conn) *spinReader {
 	s := &spinReader{c: c, last: math.MaxInt64}
-	if sc, ok := c.(syscall.Conn); ok {
+	// Only a socket itself: a wrapper (one that buffers, say) may have
+	// bytes of its own that a read of the descriptor would skip.
+	switch sc := c.(type) {
+	case *net.UnixConn:
+		s.fd, _ = rawio.New(sc)
+	case *net.TCPConn:
 		s.fd, _ = rawio.New(sc)
 	}
 	return s
@@ -90,12 +97,13 @@ func (s *spinReader) Read(p []byte) (int, error) {
 	sent := s.sent
 	s.sent = time.Time{}
 	wait := spinWait
-	if wait <= 0 || s.fd == nil || s.last > wait || runtime.GOMAXPROCS(0) < 2 {
+	procs := runtime.GOMAXPROCS(0)
+	if wait <= 0 || s.fd == nil || s.last > wait || procs < 2 {
 		n, err := s.c.Read(p)
 		s.last = time.Since(sent)
 		return n, err
 	}
-	if spinners.Add(1) > maxSpinners {
+	if spinners.Add(1) > int32(procs/2) {
 		spinners.Add(-1)
 		n, err := s.c.Read(p)
 		s.last = time.Since(sent)

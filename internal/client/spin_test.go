@@ -15,7 +15,7 @@ import (
 )
 
 // slowLeanAgent serves lean connections that answer each request after
-// the delay its code names ("1 + 1" at once, "sleep" after 20 ms) and stay
+// the delay its code names ("1 + 1" at once, "sleep" after 300 ms) and stay
 // open for the next.
 func slowLeanAgent(t *testing.T) string {
 	sock := filepath.Join(t.TempDir(), "s")
@@ -41,7 +41,7 @@ func slowLeanAgent(t *testing.T) string {
 					return
 				}
 				if bytes.Contains(body, []byte("sleep")) {
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(300 * time.Millisecond)
 				}
 				_, _ = bw.WriteString(oneResult)
 				_ = bw.Flush()
@@ -82,8 +82,8 @@ func TestExecConnSpin(t *testing.T) {
 		t.Fatalf("5 quick executions on a new connection: %d spins, %d ended by the answer; want 4 (not the first) and at least 3", d, w)
 	}
 
-	spinWait = 5 * time.Millisecond
-	run("sleep") // 20 ms: the spin runs out, the caller sleeps
+	spinWait = 100 * time.Millisecond // more than a quick answer takes on a loaded machine
+	run("sleep")                      // 300 ms: the spin runs out, the caller sleeps
 	tried = spinsTried.Load()
 	run("1 + 1") // after a long answer: no spin
 	if d := spinsTried.Load() - tried; d != 0 {

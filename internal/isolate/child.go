@@ -203,6 +203,9 @@ func stage2(cfg *childConfig, st *os.File, hold bool) func() error {
 		unix.CloseOnExec(cfg.BrokerFD)
 		rootBroker.pid, rootBroker.fd = cfg.BrokerPid, cfg.BrokerFD
 		rootBroker.done = make(chan struct{})
+		// Whoever releases it (a sudo signals it itself), its failure
+		// reaches the log.
+		watchRootBroker()
 	}
 	return func() error {
 		if cfg.BrokerFD > 2 && !hold {

@@ -31,6 +31,7 @@ package isolate
 // root here is a convenience within the sandbox, not a privilege over it.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -177,7 +178,7 @@ const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
 // ChildAsync, the local agent, only when root is first asked for), or a
 // request for root does (dialRoot). It leaves in cfg.BrokerFD the
 // read end of the broker's status pipe, open across stage 1's re-exec, on
-// which stage 2 learns that it listens or why it failed (waitRootBroker),
+// which stage 2 learns that it listens or why it failed (watchRootBroker),
 // and its pid in cfg.BrokerPid.
 //
 // Stage 2 may release it although it has no capability and is another
@@ -185,6 +186,19 @@ const brokerFailEnv = "CODE_SANDBOXES_ISOLATE_BROKER_FAIL"
 // holds every capability in it (as every process of the sandbox's user
 // does: root here is no privilege over that user, only a convenience for
 // it; the reverse is what rootuser.go guards).
+//
+// Held, the broker is uid 0 of root's namespace with every capability
+// there, and without the seccomp filter and no_new_privs it gives itself in
+// stage 3 — for as long as nothing asks for root, which may be the
+// sandbox's whole life. What keeps code in the sandbox from taking it over
+// in that state (a process outside the filter would be an escape from
+// it): ptrace, process_vm_readv/writev and pidfd_getfd are denied to
+// every process of the sandbox by its filter, and the broker's /proc
+// files that give access to its memory and fds (mem, fd, environ, …) are
+// owner-only files of root's uid, which the user is not and can't override
+// (its capabilities in root's namespace don't count for files of its own).
+// Signals do reach it: SIGCONT starts it, as any sudo does; SIGKILL ends
+// it, which takes away only the user's own root.
 func startRootBroker(cfg *childConfig) error {
 	// Raw fds, not *os.File: the read end must outlive this process's
 	// image, and an os.File's finalizer would close it once unreachable.
@@ -279,16 +293,39 @@ func startRootBroker(cfg *childConfig) error {
 	return nil
 }
 
-// brokerStartTimeout bounds stage 2's wait for the broker once released,
-// and a root request's wait for its socket.
+// brokerStartTimeout bounds each wait for the broker once released: stage
+// 2's (awaitRootBroker), and a root request's for its socket.
 const brokerStartTimeout = 10 * time.Second
 
 // rootBroker is stage 2's handle on the broker stage 1 started and holds.
 var rootBroker struct {
 	pid, fd int
-	once    sync.Once
+	watch   sync.Once
+	release sync.Once
 	done    chan struct{} // nil: none; closed once it listens or failed
 	err     error         // why it failed, once done
+}
+
+// watchRootBroker reads the broker's status pipe in the background (once)
+// until it says it listens or why it failed, or dies: whoever released it
+// (this process, or a sudo of any other, which signals it itself), a
+// failure is then on stderr (the agent's log) and in rootBroker.err. No
+// timeout here: a held broker may wait for its release for the sandbox's
+// whole life; the waits for it (awaitRootBroker) are bounded instead.
+func watchRootBroker() {
+	b := &rootBroker
+	if b.done == nil {
+		return
+	}
+	b.watch.Do(func() {
+		go func() {
+			b.err = readBrokerStatus(b.fd)
+			if b.err != nil {
+				fmt.Fprintf(os.Stderr, "code-sandboxes: %v\n", b.err)
+			}
+			close(b.done)
+		}()
+	})
 }
 
 // ReleaseRootBroker lets the root broker that stage 1 started and holds go
@@ -301,30 +338,31 @@ func ReleaseRootBroker() {
 	if b.done == nil {
 		return
 	}
-	b.once.Do(func() {
+	watchRootBroker()
+	b.release.Do(func() {
 		trace.Mark("stage 2: root broker released")
 		// ESRCH: it died already; its status pipe says why.
 		_ = unix.Kill(b.pid, unix.SIGCONT)
-		go func() {
-			b.err = waitRootBroker(b.fd)
-			if b.err != nil {
-				fmt.Fprintf(os.Stderr, "code-sandboxes: %v\n", b.err)
-			}
-			close(b.done)
-		}()
 	})
 }
 
 // awaitRootBroker releases the broker and waits until it listens or
-// fails (bounded by brokerStartTimeout): nil once it listens, or when this
-// process holds no broker.
+// fails, at most brokerStartTimeout: nil once it listens, or when this
+// process holds no broker. A wait that times out is not the answer for
+// good: a start slowed by a busy host still serves later requests.
 func awaitRootBroker() error {
 	if rootBroker.done == nil {
 		return nil
 	}
 	ReleaseRootBroker()
-	<-rootBroker.done
-	return rootBroker.err
+	t := time.NewTimer(brokerStartTimeout)
+	defer t.Stop()
+	select {
+	case <-rootBroker.done:
+		return rootBroker.err
+	case <-t.C:
+		return fmt.Errorf("root user: broker did not start within %v", brokerStartTimeout)
+	}
 }
 
 // readBrokerPid reads rootBrokerPidFile: 0 if it is missing or not a
@@ -349,8 +387,7 @@ func readBrokerPid() int {
 }
 
 // dialRoot connects to the root broker. The broker may still be held
-// (ChildAsync holds it for a while after the sandbox is ready) or
-// starting: its socket appears, by a rename, only once it listens. A
+// (ChildAsync holds it until root is first asked for) or starting: its socket appears, by a rename, only once it listens. A
 // missing socket releases the broker (stage 2, its holder, then waits for
 // its status; any other process of the sandbox's user may signal it too:
 // that user owns root's user namespace) and is waited for, up to
@@ -362,6 +399,7 @@ func dialRoot() (*net.UnixConn, error) {
 	addr := &net.UnixAddr{Name: RootSocket, Net: "unixpacket"}
 	deadline := time.Now().Add(brokerStartTimeout)
 	released := false
+	pid := 0
 	for delay := time.Millisecond; ; delay = min(2*delay, 20*time.Millisecond) {
 		c, err := net.DialUnix("unixpacket", nil, addr)
 		if err == nil {
@@ -375,9 +413,13 @@ func dialRoot() (*net.UnixConn, error) {
 			// Best effort: a pid that isn't the held broker (root may
 			// rewrite the file) gets a SIGCONT, which only continues a
 			// stopped process of the user's own.
-			if pid := readBrokerPid(); pid > 1 {
+			if pid = readBrokerPid(); pid > 1 {
 				_ = unix.Kill(pid, unix.SIGCONT)
 			}
+		} else if pid > 1 && processExited(pid) {
+			// It exited without listening: no use waiting. (A reused
+			// pid only makes this wait the whole timeout.)
+			return nil, fmt.Errorf("the sandbox's root broker exited before it listened (the sandbox's log says why)")
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("the sandbox's root broker is not listening after %v (it failed to start or was removed; the sandbox's log says why): %w", brokerStartTimeout, err)
@@ -386,29 +428,41 @@ func dialRoot() (*net.UnixConn, error) {
 	}
 }
 
-// waitRootBroker waits, in stage 2, until the broker started by stage 1
-// reports on fd that it listens, and closes fd (user code must not inherit
-// it). A broker that fails, dies or takes longer than brokerStartTimeout
-// fails the sandbox's start; it is killed with the sandbox's cgroup.
-func waitRootBroker(fd int) error {
+// processExited reports whether pid is gone or a zombie (/proc/PID/stat,
+// which anyone may read).
+func processExited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// readBrokerStatus reads, in stage 2, what the broker started by stage 1
+// reports on fd: nil once it listens; its error, or that it died, else.
+// It closes fd (user code must not inherit it). A broker that fails is
+// killed with the sandbox's cgroup.
+func readBrokerStatus(fd int) error {
+	// Non-blocking, so that the read waits in the poller: a held broker
+	// may never be released, and a blocking read would hold an OS thread
+	// of the agent for the sandbox's whole life. (The description is
+	// ours alone: the broker has the pipe's other end.)
+	_ = unix.SetNonblock(fd, true)
 	f := os.NewFile(uintptr(fd), "broker status")
 	defer f.Close()
-	type result struct {
-		b   []byte
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		b, err := io.ReadAll(io.LimitReader(f, 4096))
-		ch <- result{b, err}
-	}()
-	select {
-	case r := <-ch:
-		if s := strings.TrimSpace(string(r.b)); s != "ready" {
-			return fmt.Errorf("root user: broker: %q", s)
+	b, err := io.ReadAll(io.LimitReader(f, 4096))
+	if s := strings.TrimSpace(string(b)); s != "ready" {
+		if s == "" && err != nil {
+			return fmt.Errorf("root user: broker status: %w", err)
 		}
-	case <-time.After(brokerStartTimeout):
-		return errors.New("root user: broker did not start within 10s")
+		if s == "" {
+			s = "exited before it listened"
+		}
+		return fmt.Errorf("root user: broker: %q", s)
 	}
 	return nil
 }

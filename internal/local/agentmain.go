@@ -113,8 +113,8 @@ func runAgent() int {
 	trace.Mark("agent: server made")
 	if !cfg.NoPrewarm {
 		// The kernel's start (python's, tens of ms) is the longest step
-		// left: begin it now, while stage 2 still waits for the root
-		// broker and before the caller's first request. Everything the
+		// left: begin it now, before the sandbox reports ready and the
+		// caller's first request. Everything the
 		// kernel must not inherit is closed or close-on-exec by now (the
 		// listener's and config's fds, the bytecode's, the status and
 		// broker pipes, the trace file).

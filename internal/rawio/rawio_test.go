@@ -135,6 +135,12 @@ func TestUnixSocket(t *testing.T) {
 	if _, err := io.ReadFull(Reader(s), buf); err != nil || string(buf) != "hello" {
 		t.Fatalf("read %q, %v", buf, err)
 	}
+	// Bytes s never reads, whether or not the write below gets any in
+	// before its deadline (on a loaded machine it may pass before the
+	// first try).
+	if _, err := Writer(c).Write([]byte("unread")); err != nil {
+		t.Fatal(err)
+	}
 	_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	big := make([]byte, 64<<20) // more than the socket buffers hold; s never reads
 	n, err := Writer(c).Write(big)
