@@ -29,6 +29,7 @@ import (
 	"errors"
 	"io"
 	"syscall"
+	"time"
 )
 
 // ErrBlocking: the descriptor is in blocking mode, where a raw read could
@@ -86,32 +87,8 @@ func Writer(w io.Writer) io.Writer {
 // Read reads once, waiting in the poller while there is nothing to read.
 // 0 bytes from a non-empty p is io.EOF.
 func (f *FD) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n := 0
-	var errno syscall.Errno
-	err := f.rc.Read(func(fd uintptr) bool {
-		for {
-			n, errno = read(fd, p)
-			switch errno {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false
-			}
-			return true
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case errno != 0:
-		return 0, &syscallError{op: "read", errno: errno}
-	case n == 0:
-		return 0, io.EOF
-	}
-	return n, nil
+	n, _, err := f.ReadSpin(p, time.Time{})
+	return n, err
 }
 
 // Write writes all of p, waiting in the poller while the descriptor is full.
