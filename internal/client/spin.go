@@ -28,10 +28,9 @@ import (
 //     that serve relaying many executions leaves the sandboxes their CPU;
 //   - a connection whose last answer's first bytes took longer than
 //     spinWait (a long cell) doesn't spin for the next one, until one
-//     comes back sooner;
-//     nor does a new connection's first execution, which is often a cold
-//     sandbox's first cell (its kernel still starting: the CPU is better
-//     left to it).
+//     comes back sooner; nor does a new connection's first execution,
+//     which is often a cold sandbox's first cell (its kernel still
+//     starting: the CPU is better left to it).
 //
 // CODE_SANDBOXES_SPIN_WAIT sets spinWait (a Go duration; 0 turns it off).
 const DefaultSpinWait = 500 * time.Microsecond
@@ -98,22 +97,23 @@ func (s *spinReader) Read(p []byte) (int, error) {
 	s.sent = time.Time{}
 	wait := spinWait
 	procs := runtime.GOMAXPROCS(0)
-	if wait <= 0 || s.fd == nil || s.last > wait || procs < 2 {
-		n, err := s.c.Read(p)
-		s.last = time.Since(sent)
-		return n, err
-	}
-	if spinners.Add(1) > int32(procs/2) {
+	spin := wait > 0 && s.fd != nil && s.last <= wait && procs >= 2
+	if spin && spinners.Add(1) > int32(procs/2) {
 		spinners.Add(-1)
-		n, err := s.c.Read(p)
-		s.last = time.Since(sent)
-		return n, err
+		spin = false
 	}
-	spinsTried.Add(1)
-	n, slept, err := s.fd.ReadSpin(p, sent.Add(wait))
-	spinners.Add(-1)
-	if !slept {
-		spinsWon.Add(1)
+	var n int
+	var err error
+	if spin {
+		spinsTried.Add(1)
+		var slept bool
+		n, slept, err = s.fd.ReadSpin(p, sent.Add(wait))
+		spinners.Add(-1)
+		if !slept {
+			spinsWon.Add(1)
+		}
+	} else {
+		n, err = s.c.Read(p)
 	}
 	s.last = time.Since(sent)
 	return n, err

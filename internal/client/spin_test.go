@@ -55,8 +55,8 @@ func slowLeanAgent(t *testing.T) string {
 }
 
 // The caller spins for a quick answer instead of sleeping, doesn't spin
-// for a new connection's first execution nor the one after a long one, spins again once answers are quick,
-// and never when spinning is off.
+// for a new connection's first execution nor the one after a long one,
+// spins again once answers are quick, and never when spinning is off.
 func TestExecConnSpin(t *testing.T) {
 	if runtime.GOMAXPROCS(0) < 2 {
 		t.Log("one CPU: the client never spins here, nothing to check") // the machine, not a missing dependency

@@ -11,21 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cpus parses a Cpus_allowed_list ("0-3,6").
-func cpus(list string) []int {
-	var out []int
-	for _, part := range strings.Split(strings.TrimSpace(list), ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, _ := strconv.Atoi(lo)
-		b := a
-		if isRange {
-			b, _ = strconv.Atoi(hi)
-		}
-		for c := a; c <= b; c++ {
-			out = append(out, c)
-		}
-	}
-	return out
+// onlyCPU reports whether thread tid (0: the calling one) may run on cpu
+// alone.
+func onlyCPU(tid, cpu int) bool {
+	var set unix.CPUSet
+	return unix.SchedGetaffinity(tid, &set) == nil && set.Count() == 1 && set.IsSet(cpu)
 }
 
 func allowedOf(status string) string {
@@ -83,26 +73,30 @@ func pinnedChild(t *testing.T) {
 	if again, err := Pin("another"); again != cpu || err != nil {
 		t.Fatalf("a second Pin moved the process: %d, %v", again, err)
 	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		st, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
-		if err != nil {
-			continue // exited
-		}
-		if got := cpus(allowedOf(string(st))); len(got) != 1 || got[0] != cpu {
-			t.Errorf("thread %s may run on %v, want only %d", task.Name(), got, cpu)
+	allPinned := func(when string) {
+		t.Helper()
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			tid, _ := strconv.Atoi(task.Name())
+			var set unix.CPUSet
+			if unix.SchedGetaffinity(tid, &set) != nil {
+				continue // exited
+			}
+			if !onlyCPU(tid, cpu) {
+				t.Errorf("%s: thread %d may run on %d CPUs, want only %d", when, tid, set.Count(), cpu)
+			}
 		}
 	}
+	allPinned("after Pin")
 	// A thread made after Pin inherits it.
-	probe := make(chan []int)
+	probe := make(chan bool)
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		st, _ := os.ReadFile("/proc/thread-self/status")
-		probe <- cpus(allowedOf(string(st)))
+		probe <- onlyCPU(0, cpu)
 	}()
-	if got := <-probe; len(got) != 1 || got[0] != cpu {
-		t.Errorf("a thread made after Pin may run on %v", got)
+	if !<-probe {
+		t.Errorf("a thread made after Pin may run on more than %d", cpu)
 	}
 	childSet := func(start func(*exec.Cmd) error) string {
 		cmd := exec.Command("grep", "Cpus_allowed_list", "/proc/self/status")
@@ -124,13 +118,7 @@ func pinnedChild(t *testing.T) {
 		t.Errorf("a process started without Start may run on %s; expected the pin (%d)", got, cpu)
 	}
 	// Start left the thread it used pinned again.
-	tasks, _ = os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		st, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
-		if err == nil && allowedOf(string(st)) != strconv.Itoa(cpu) {
-			t.Errorf("after Start, thread %s may run on %s", task.Name(), allowedOf(string(st)))
-		}
-	}
+	allPinned("after Start")
 }
 
 func TestPickSpreads(t *testing.T) {

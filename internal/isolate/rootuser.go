@@ -31,7 +31,6 @@ package isolate
 // root here is a convenience within the sandbox, not a privilege over it.
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +49,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
@@ -428,18 +428,11 @@ func dialRoot() (*net.UnixConn, error) {
 	}
 }
 
-// processExited reports whether pid is gone or a zombie (/proc/PID/stat,
-// which anyone may read).
+// processExited reports whether pid is gone or a zombie (its
+// /proc/PID/stat, which anyone may read).
 func processExited(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if err != nil || i < 0 || i+2 >= len(b) {
-		return false
-	}
-	return b[i+2] == 'Z' || b[i+2] == 'X'
+	st, ok := procstat.Read(pid)
+	return !ok || st.State == 'Z' || st.State == 'X'
 }
 
 // readBrokerStatus reads, in stage 2, what the broker started by stage 1

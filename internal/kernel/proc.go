@@ -8,8 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
-	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 	"io"
 	"os"
 	"os/exec"
@@ -22,9 +20,11 @@ import (
 	"unicode/utf8"
 	"unsafe"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 	"github.com/code-sandboxes/code-sandboxes/internal/pidwait"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/rawio"
+	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
 //go:embed kernel.py

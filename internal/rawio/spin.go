@@ -17,9 +17,9 @@ import (
 // away (an agent's answer to a short cell), trying for that long costs
 // the caller that much CPU and saves the wake-up: the x + 2 round trip
 // fell from about 0.22 to 0.165 ms p50 on a 2-vCPU VM. The cost is bounded
-// by the deadline, which the caller chooses (zero: no spin, Read). So is the delay it adds to a
-// Close or a read deadline that comes during the spin: they take effect
-// when it ends.
+// by the deadline, which the caller chooses (zero: no spin, as Read). So
+// is the delay it adds to a Close or a read deadline that comes during the
+// spin: they take effect when it ends.
 func (f *FD) ReadSpin(p []byte, until time.Time) (n int, slept bool, err error) {
 	if len(p) == 0 {
 		return 0, false, nil
