@@ -418,8 +418,14 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	if err != nil {
 		s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
 		status := http.StatusInternalServerError
-		if isClientError(err) {
+		switch {
+		case isClientError(err):
 			status = http.StatusBadRequest
+		case errors.Is(err, sandboxes.ErrUnavailable):
+			// Passing: the host is out of room for now (no process ids
+			// left), or the start failed for a reason that may not recur.
+			status = http.StatusServiceUnavailable
+			w.Header().Set("Retry-After", "5")
 		}
 		s.log.Error("create failed", "team", k.Team, "key", keyID(k.Key), "error", err)
 		writeError(w, status, "creating the sandbox: %v", err)

@@ -41,3 +41,7 @@ func (p *Process) CgroupDirs() []string    { return nil }
 func SetEarlyStart(func() (string, []*os.File)) {}
 
 func EarlyState() string { return "" }
+
+// CheckTaskRoom and TaskShortage: see tasks.go.
+func CheckTaskRoom() error { return nil }
+func TaskShortage() error  { return nil }

@@ -209,6 +209,9 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt, sandboxBin stri
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTaskRoom(); err != nil {
+		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
+	}
 	id := ids.Sandbox('l')
 	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {

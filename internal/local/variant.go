@@ -139,6 +139,9 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	// sandbox's record (with a thousand alive, tens of milliseconds that
 	// each Create would pay).
 	sweepSoon(rt)
+	if err := checkTaskRoom(); err != nil {
+		return nil, fmt.Errorf("create local sandbox: %w", err)
+	}
 	id := ids.Sandbox('l')
 	dir := filepath.Join(rt, dirName(id))
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -226,7 +229,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 			readyR.Close()
 			readyW.Close()
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("start sandbox supervisor: %w", err)
+			return nil, fmt.Errorf("start sandbox supervisor: %w", whyNoStart(err))
 		}
 	}
 	readyW.Close()
@@ -247,7 +250,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 				err = fmt.Errorf("%w (the default limits, memory %d MiB and pids %d, need a writable cgroup like any other; to run without them ask for Memory and Pids Unlimited (-1), --memory unlimited --pids unlimited in the CLI)", err, driver.DefaultMemoryBytes>>20, defaultPids)
 			}
 		}
-		return nil, fmt.Errorf("create local sandbox: %w", err)
+		return nil, fmt.Errorf("create local sandbox: %w", whyNoStart(err))
 	}
 	inst := newInstance(rt, id, rec.Token)
 	if err := inst.waitHealthy(ctx, 30*time.Second); err != nil {
@@ -256,7 +259,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		if log != "" {
 			err = fmt.Errorf("%w; agent log: %s", err, log)
 		}
-		return nil, fmt.Errorf("create local sandbox: %w", err)
+		return nil, fmt.Errorf("create local sandbox: %w", whyNoStart(err))
 	}
 	trace.Mark("create: healthy")
 	if len(spec.Packages) > 0 {
@@ -266,6 +269,29 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		}
 	}
 	return inst, nil
+}
+
+// checkTaskRoom refuses a start that would run the host (or the creator's
+// cgroup) out of process ids: started anyway it would fail half-way with
+// an error that doesn't say why, and the sandboxes already running could
+// no longer start commands. Retrying later (after others close) can work,
+// hence ErrUnavailable.
+func checkTaskRoom() error {
+	if err := isolate.CheckTaskRoom(); err != nil {
+		return fmt.Errorf("%w: %w", sberr.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// whyNoStart adds to a failed start's error that the host is (nearly) out
+// of process ids, when it is: concurrent starts can all pass
+// checkTaskRoom and then run out together, and what fails then (a thread
+// the Go runtime can't make, a fork) says nothing of the cause.
+func whyNoStart(err error) error {
+	if terr := isolate.TaskShortage(); terr != nil {
+		return fmt.Errorf("%w: %w (likely why: %w)", sberr.ErrUnavailable, err, terr)
+	}
+	return err
 }
 
 // defaultPids keeps a fork bomb from taking the host down even when the user

@@ -17,6 +17,8 @@ type Stat struct {
 	// UTime and STime are the CPU time spent in user and kernel mode, in
 	// clock ticks (USER_HZ, 100 a second on Linux).
 	UTime, STime uint64
+	// Threads is the process's number of threads (each takes a pid).
+	Threads int
 }
 
 // Read returns pid's stat; ok is false when the process is gone or the file
@@ -31,13 +33,15 @@ func Read(pid int) (Stat, bool) {
 	if i < 0 {
 		return Stat{}, false
 	}
-	// After the name: state(3) ppid(4) … starttime(22), counted from 1.
+	// After the name: state(3) ppid(4) … num_threads(20) starttime(22),
+	// counted from 1.
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 || len(f[0]) != 1 {
 		return Stat{}, false
 	}
 	st := Stat{State: f[0][0]}
 	st.PPid, _ = strconv.Atoi(f[1])
+	st.Threads, _ = strconv.Atoi(f[17])
 	st.StartTime, _ = strconv.ParseUint(f[19], 10, 64)
 	st.UTime, _ = strconv.ParseUint(f[11], 10, 64)
 	st.STime, _ = strconv.ParseUint(f[12], 10, 64)

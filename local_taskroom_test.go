@@ -1,0 +1,160 @@
+//go:build linux
+
+package sandboxes_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/testcgroup"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+)
+
+// taskRoomChildEnv names, in the child TestLocalTaskRoomChild runs in, the
+// limit it is expected to run into.
+const taskRoomChildEnv = "CS_TASKROOM_LIMIT"
+
+// TestLocalTaskRoom: a caller that creates sandboxes until the host has no
+// process ids left for another gets a clear refusal (ErrUnavailable, the
+// limit, its numbers and what to change) before anything half-starts,
+// instead of a supervisor or init dying for want of a thread with an error
+// that says nothing of why. The sandboxes already running keep room to
+// start commands, and closing them leaves nothing behind. Two real limits,
+// each in a child of this test that runs TestLocalTaskRoomChild:
+//   - the pids.max of the creator's cgroup (a cgroup made for the child);
+//   - kernel.pid_max of a pid namespace of the child's own (Linux 6.14+
+//     lets a pid namespace have a lower one), where the host's thread count
+//     is no measure and the namespace's tasks are counted.
+func TestLocalTaskRoom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	testdep.Require(t, os.Geteuid() == 0, "root (to make a pids cgroup and a pid namespace)")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := fmt.Sprintf("%s -test.run='^TestLocalTaskRoomChild$' -test.v -test.timeout=4m", exe)
+
+	t.Run("cgroup pids.max", func(t *testing.T) {
+		dir := testcgroup.Pids(t)
+		// 200 tasks: about nine sandboxes of ~18, the test binary's threads
+		// and a reserve of 6.
+		if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("200"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		procs := filepath.Join(dir, "cgroup.procs")
+		runTaskRoomChild(t, "pids.max", "echo $$ > "+procs+" && exec "+child)
+	})
+
+	t.Run("pid namespace pid_max", func(t *testing.T) {
+		unshare, err := exec.LookPath("unshare")
+		testdep.Require(t, err == nil, "unshare (util-linux)")
+		// A pid namespace with its own /proc, whose pid_max the shell
+		// lowers (Linux 6.14+; older kernels refuse the write); the shell
+		// stays its pid 1, to reap what is orphaned in it. 600: a reserve of
+		// 18 + 300 (the pids the kernel keeps below 300 once they wrap), so
+		// room for about twelve sandboxes.
+		probe := exec.Command(unshare, "-p", "-f", "--mount-proc", "sh", "-c", "echo 600 > /proc/sys/kernel/pid_max")
+		out, err := probe.CombinedOutput()
+		testdep.Require(t, err == nil, fmt.Sprintf("a kernel that gives a pid namespace its own kernel.pid_max (Linux 6.14+): %v %s", err, out))
+		runTaskRoomChild(t, "kernel.pid_max", "", unshare, "-p", "-f", "--mount-proc", "sh", "-c",
+			"echo 600 > /proc/sys/kernel/pid_max && "+child)
+	})
+}
+
+// runTaskRoomChild runs the child through sh -c script (or argv when
+// given) with taskRoomChildEnv=limit, and fails unless it passed.
+func runTaskRoomChild(t *testing.T, limit, script string, argv ...string) {
+	t.Helper()
+	if len(argv) == 0 {
+		argv = []string{"sh", "-c", script}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), taskRoomChildEnv+"="+limit)
+	out, err := cmd.CombinedOutput()
+	t.Logf("child:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestLocalTaskRoomChild") {
+		t.Fatalf("child: %v", err)
+	}
+}
+
+// TestLocalTaskRoomChild is TestLocalTaskRoom's child: it runs only there.
+func TestLocalTaskRoomChild(t *testing.T) {
+	limit := os.Getenv(taskRoomChildEnv)
+	if limit == "" {
+		t.Skip("run by TestLocalTaskRoom")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt := t.TempDir()
+	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	var sbs []*sandboxes.Sandbox
+	defer func() {
+		for _, sb := range sbs {
+			_ = sb.Close()
+		}
+	}()
+	var refused error
+	for len(sbs) < 60 {
+		sb, err := sandboxes.Create(ctx, cfg)
+		if err != nil {
+			refused = err
+			break
+		}
+		sbs = append(sbs, sb)
+	}
+	t.Logf("%d sandboxes created, then: %v", len(sbs), refused)
+	var tle *isolate.TaskLimitError
+	switch {
+	case refused == nil:
+		t.Fatalf("60 sandboxes and no refusal: the %s limit was not enforced", limit)
+	case !errors.Is(refused, sandboxes.ErrUnavailable) || !errors.As(refused, &tle):
+		t.Fatalf("refused with %v, want ErrUnavailable and a TaskLimitError", refused)
+	case strings.Contains(refused.Error(), "likely why"):
+		// whyNoStart's form: a start was tried and failed half-way.
+		t.Fatalf("refused only after a start failed: %v", refused)
+	case !strings.HasSuffix(tle.Limit, limit):
+		t.Fatalf("refused for %s, want %s", tle.Limit, limit)
+	case len(sbs) < 2:
+		t.Fatalf("refused after %d sandboxes: the reserve is too big for this limit", len(sbs))
+	case !strings.Contains(refused.Error(), "raise"):
+		t.Fatalf("the refusal doesn't say what to do: %v", refused)
+	}
+	// What the refusal kept free: every sandbox can still start processes.
+	for i, sb := range sbs {
+		ex, err := sb.RunCode(ctx, "import subprocess; subprocess.run(['true'], check=True); 40 + 2")
+		if err != nil || ex.Error != nil || ex.Text() != "42" {
+			t.Fatalf("sandbox %d after the refusal: %v %v", i, err, ex)
+		}
+	}
+	for _, sb := range sbs {
+		if err := sb.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sbs = nil
+	// Closed sandboxes leave nothing; the refused one never had anything.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ents, _ := os.ReadDir(rt)
+		if len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left in the runtime dir: %v", ents)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
