@@ -70,6 +70,9 @@ func TestCreateWithoutTaskRoomChild(t *testing.T) {
 		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
+		if strings.Contains(r.Message, "likely why") {
+			t.Fatalf("refused only after a start failed half-way: %q", r.Message)
+		}
 		if !strings.Contains(r.Message, "pids.max") || !strings.Contains(r.Message, "raise") {
 			t.Fatalf("the 503 doesn't name the limit and what to do: %q", r.Message)
 		}
