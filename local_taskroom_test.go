@@ -9,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,9 +70,31 @@ func TestLocalTaskRoom(t *testing.T) {
 		probe := exec.Command(unshare, "-p", "-f", "--mount-proc", "sh", "-c", "echo 600 > /proc/sys/kernel/pid_max")
 		out, err := probe.CombinedOutput()
 		testdep.Require(t, err == nil, fmt.Sprintf("a kernel that gives a pid namespace its own kernel.pid_max (Linux 6.14+): %v %s", err, out))
+		// 700 idle threads outside the namespace: the host's count is then
+		// above the namespace's pid_max whatever else runs, and only the
+		// namespace's own count (what the child checks it was refused on)
+		// can tell that there is room.
+		holdThreads(t, 700)
 		runTaskRoomChild(t, "kernel.pid_max", "", unshare, "-p", "-f", "--mount-proc", "sh", "-c",
 			"echo 600 > /proc/sys/kernel/pid_max && "+child)
 	})
+}
+
+// holdThreads keeps n OS threads of this process alive until the test
+// ends: a goroutine that ends locked to its thread ends the thread too.
+func holdThreads(t *testing.T, n int) {
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	for range n {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			started.Done()
+			<-release
+		}()
+	}
+	started.Wait()
+	t.Cleanup(func() { close(release) })
 }
 
 // runTaskRoomChild runs the child through sh -c script (or argv when
@@ -82,12 +107,26 @@ func runTaskRoomChild(t *testing.T, limit, script string, argv ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), taskRoomChildEnv+"="+limit)
+	// GOMAXPROCS=2: the room left is counted in tasks, and a many-core
+	// runner's test binary would otherwise hold a thread per core.
+	cmd.Env = append(os.Environ(), taskRoomChildEnv+"="+limit, "GOMAXPROCS=2")
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", out)
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestLocalTaskRoomChild") {
 		t.Fatalf("child: %v", err)
 	}
+}
+
+// hostTasks is the host's task count (/proc/loadavg's total).
+func hostTasks() int64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 4 {
+		return 0
+	}
+	_, total, _ := strings.Cut(f[3], "/")
+	n, _ := strconv.ParseInt(total, 10, 64)
+	return n
 }
 
 // TestLocalTaskRoomChild is TestLocalTaskRoom's child: it runs only there.
@@ -120,13 +159,16 @@ func TestLocalTaskRoomChild(t *testing.T) {
 	switch {
 	case refused == nil:
 		t.Fatalf("60 sandboxes and no refusal: the %s limit was not enforced", limit)
-	case !errors.Is(refused, sandboxes.ErrUnavailable) || !errors.As(refused, &tle):
-		t.Fatalf("refused with %v, want ErrUnavailable and a TaskLimitError", refused)
+	case !errors.Is(refused, sandboxes.ErrNoRoom) || !errors.Is(refused, sandboxes.ErrUnavailable) || !errors.As(refused, &tle):
+		t.Fatalf("refused with %v, want ErrNoRoom (an ErrUnavailable) and a TaskLimitError", refused)
 	case strings.Contains(refused.Error(), "likely why"):
 		// whyNoStart's form: a start was tried and failed half-way.
 		t.Fatalf("refused only after a start failed: %v", refused)
 	case !strings.HasSuffix(tle.Limit, limit):
 		t.Fatalf("refused for %s, want %s", tle.Limit, limit)
+	case limit == "kernel.pid_max" && tle.Used >= hostTasks():
+		// The parent holds 700 threads outside the namespace.
+		t.Fatalf("refused on %d tasks, the host's count (%d), not the namespace's own", tle.Used, hostTasks())
 	case len(sbs) < 2:
 		t.Fatalf("refused after %d sandboxes: the reserve is too big for this limit", len(sbs))
 	case !strings.Contains(refused.Error(), "raise"):

@@ -43,6 +43,11 @@ var (
 	ErrUnauthorized = sberr.ErrUnauthorized
 	// ErrUnavailable: the sandbox stopped answering (killed, expired, crashed).
 	ErrUnavailable = sberr.ErrUnavailable
+	// ErrNoRoom (also an ErrUnavailable): the host has no room for another
+	// sandbox now, e.g. no process ids left under kernel.pid_max or the
+	// creator's cgroup pids.max; the message names the limit. Retrying once
+	// others have closed can work.
+	ErrNoRoom = sberr.ErrNoRoom
 	// ErrInvalidInput: a request argument was refused.
 	ErrInvalidInput = sberr.ErrInvalidInput
 	// ErrPermission: the sandbox's user may not do that to that path (a

@@ -33,6 +33,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	_ "github.com/code-sandboxes/code-sandboxes/docker"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	_ "github.com/code-sandboxes/code-sandboxes/kubernetes"
 )
@@ -497,11 +498,20 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	byRole := sandboxThreadsByRole(rt)
 	hostThreads, selfThreads := hostTasks(), selfTasks()
 	pidMax, _ := os.ReadFile("/proc/sys/kernel/pid_max")
+	roomTasks, roomLimit, roomOK := isolate.TaskHeadroom()
 	for _, sb := range alive {
 		_ = sb.Close()
 	}
 	if len(alive) > 0 {
 		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here); %d threads on the host, %d of them this benchmark's. Every thread on the host lengthens each new sandbox's `pivot_root`: the kernel walks them all (`chroot_fs_refs`, about 0.1 µs each). Threads per sandbox by process: %s. MemAvailable fell by %.1f MiB per sandbox alive.\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)), hostThreads, selfThreads, byRole.format(len(alive)), float64(avail0-availPeak)/float64(len(alive))/(1<<20))
+		perTasks := float64(threads) / float64(len(alive))
+		perMem := float64(avail0-availPeak) / float64(len(alive))
+		if roomOK && perTasks > 0 && perMem > 0 {
+			// Which limit a caller would run into next, here: the room
+			// check's (Create refuses with ErrNoRoom) or memory.
+			fmt.Fprintf(rep, "Room left at the peak: %d tasks before Create refuses on `%s` (about %.0f more sandboxes at %.1f tasks each); MemAvailable %.1f GiB, about %.0f more at %.1f MiB each.\n",
+				roomTasks, roomLimit, float64(roomTasks)/perTasks, perTasks, float64(availPeak)/(1<<30), float64(availPeak)/perMem, perMem/(1<<20))
+		}
 	}
 	ents, _ := os.ReadDir(rt)
 	fmt.Fprintf(rep, "\n%d alive at the peak; the last tenth's create p50 is %.2f× the first's (goal ≤ 1.5×), its CPU per create %.2f× the first's; after closing them all, %d entries were left in the runtime directory.", len(alive), lastP50/max(firstP50, 1e-9), lastCPU/max(firstCPU, 1e-9), len(ents))

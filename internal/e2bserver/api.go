@@ -417,15 +417,13 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {
 		s.metrics.creates.WithLabelValues(k.Team, "error").Inc()
+		if errors.Is(err, sandboxes.ErrNoRoom) {
+			s.writeNoRoom(w, "creating the sandbox", err)
+			return
+		}
 		status := http.StatusInternalServerError
-		switch {
-		case isClientError(err):
+		if isClientError(err) {
 			status = http.StatusBadRequest
-		case errors.Is(err, sandboxes.ErrUnavailable):
-			// Passing: the host is out of room for now (no process ids
-			// left), or the start failed for a reason that may not recur.
-			status = http.StatusServiceUnavailable
-			w.Header().Set("Retry-After", "5")
 		}
 		s.log.Error("create failed", "team", k.Team, "key", keyID(k.Key), "error", err)
 		writeError(w, status, "creating the sandbox: %v", err)
@@ -1137,4 +1135,16 @@ func (s *Server) grantedTools(grants []string) ([]sandboxes.Tool, error) {
 		}
 	}
 	return out, nil
+}
+
+// writeNoRoom answers a create or resume the host has no room for now
+// (sandboxes.ErrNoRoom: out of process ids): 503 with Retry-After, since
+// it may pass once other sandboxes end. The tenant learns that much; the
+// limit and the host's numbers (cgroup paths among them) go to the log,
+// for the operator, who can raise it.
+func (s *Server) writeNoRoom(w http.ResponseWriter, what string, err error) {
+	s.metrics.refused.WithLabelValues("no_room").Inc()
+	s.log.Warn("no room for another sandbox", "what", what, "error", err)
+	w.Header().Set("Retry-After", "5")
+	writeError(w, http.StatusServiceUnavailable, "%s: this server has no room for another sandbox right now; try again later", what)
 }

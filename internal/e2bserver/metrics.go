@@ -30,7 +30,7 @@ func newMetrics(s *Server) *metrics {
 		kills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "code_sandboxes_serve_kills_total",
 			Help: "Sandboxes killed through the API, by team."}, []string{"team"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "code_sandboxes_serve_refused_total",
-			Help: "Requests refused, by reason (key, token, traffic_token, loop, quota, rate)."}, []string{"reason"}),
+			Help: "Requests refused, by reason (key, token, traffic_token, loop, quota, rate, no_room)."}, []string{"reason"}),
 		api: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "code_sandboxes_serve_api_seconds",
 			Help: "Control-plane request latency, by route and status.", Buckets: prometheus.DefBuckets}, []string{"route", "status"}),
 		dataPath: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "code_sandboxes_serve_proxy_seconds",

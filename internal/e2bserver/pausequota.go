@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 )
 
 // defaultMaxPaused is Options.MaxPaused's default.
@@ -134,6 +136,9 @@ func (s *Server) resumeCounted(ctx context.Context, e *entry) error {
 	err := e.sb.Resume(ctx)
 	s.mu.Lock()
 	e.resuming = false
+	if errors.Is(err, sandboxes.ErrNoRoom) {
+		e.paused = true // refused before anything started: still paused
+	}
 	s.mu.Unlock()
 	return err
 }
@@ -172,6 +177,10 @@ func (s *Server) writeResumeError(w http.ResponseWriter, e *entry, err error) {
 	if errors.Is(err, errQuota) {
 		s.metrics.refused.WithLabelValues("quota").Inc()
 		writeError(w, http.StatusTooManyRequests, "%v", err)
+		return
+	}
+	if errors.Is(err, sandboxes.ErrNoRoom) {
+		s.writeNoRoom(w, "resuming sandbox "+e.id+" (it stays paused)", err)
 		return
 	}
 	s.writePauseError(w, e, "resuming", err)

@@ -3,12 +3,15 @@
 package e2bserver
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +22,9 @@ import (
 const taskRoomChildEnv = "CS_SERVE_TASKROOM_CHILD"
 
 // TestCreateWithoutTaskRoom: a serve whose cgroup has no process ids left
-// for another sandbox answers POST /sandboxes with 503, Retry-After and
-// the limit to raise, not a 500 from a start that died half-way; the
+// for another sandbox answers POST /sandboxes with 503 and Retry-After
+// (the limit to raise in its log), not a 500 from a start that died
+// half-way; the
 // sandboxes it already runs go on. serve runs in a child of this test, in
 // a cgroup with pids.max 200 made for it (TestCreateWithoutTaskRoomChild).
 func TestCreateWithoutTaskRoom(t *testing.T) {
@@ -41,7 +45,7 @@ func TestCreateWithoutTaskRoom(t *testing.T) {
 	defer cancel()
 	script := fmt.Sprintf("echo $$ > %s && exec %s -test.run='^TestCreateWithoutTaskRoomChild$' -test.v", filepath.Join(dir, "cgroup.procs"), exe)
 	cmd := exec.CommandContext(ctx, "sh", "-c", script)
-	cmd.Env = append(os.Environ(), taskRoomChildEnv+"=1")
+	cmd.Env = append(os.Environ(), taskRoomChildEnv+"=1", "GOMAXPROCS=2") // a thread per core would eat the room
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", out)
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestCreateWithoutTaskRoomChild") {
@@ -54,7 +58,8 @@ func TestCreateWithoutTaskRoomChild(t *testing.T) {
 	if os.Getenv(taskRoomChildEnv) == "" {
 		t.Skip("run by TestCreateWithoutTaskRoom")
 	}
-	_, base := testServer(t, Options{})
+	var logged lockedBuffer
+	_, base := testServer(t, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	var sbs []sandboxJSON
 	for len(sbs) < 40 {
 		var r struct {
@@ -70,11 +75,20 @@ func TestCreateWithoutTaskRoomChild(t *testing.T) {
 		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
 			t.Fatalf("status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
-		if strings.Contains(r.Message, "likely why") {
-			t.Fatalf("refused only after a start failed half-way: %q", r.Message)
+		if !strings.Contains(r.Message, "no room") {
+			t.Fatalf("the 503 doesn't say why: %q", r.Message)
 		}
-		if !strings.Contains(r.Message, "pids.max") || !strings.Contains(r.Message, "raise") {
-			t.Fatalf("the 503 doesn't name the limit and what to do: %q", r.Message)
+		// The tenant is told no more than that; the operator's log has the
+		// limit, the numbers and what to raise.
+		if strings.Contains(r.Message, "pids") || strings.Contains(r.Message, "/sys/") {
+			t.Fatalf("the 503 shows the tenant the host's limits: %q", r.Message)
+		}
+		log := logged.String()
+		if !strings.Contains(log, "pids.max") || !strings.Contains(log, "raise") {
+			t.Fatalf("the log doesn't name the limit and what to do:\n%s", log)
+		}
+		if strings.Contains(log, "likely why") {
+			t.Fatalf("refused only after a start failed half-way:\n%s", log)
 		}
 		break
 	}
@@ -88,4 +102,22 @@ func TestCreateWithoutTaskRoomChild(t *testing.T) {
 			t.Fatalf("sandbox %s after the refusal: %s", sb.SandboxID, out)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines to log to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

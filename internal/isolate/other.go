@@ -43,5 +43,6 @@ func SetEarlyStart(func() (string, []*os.File)) {}
 func EarlyState() string { return "" }
 
 // CheckTaskRoom and TaskShortage: see tasks.go.
-func CheckTaskRoom() error { return nil }
-func TaskShortage() error  { return nil }
+func CheckTaskRoom() error                { return nil }
+func TaskShortage() error                 { return nil }
+func TaskHeadroom() (int64, string, bool) { return 0, "", false }

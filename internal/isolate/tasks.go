@@ -37,7 +37,7 @@ type TaskLimitError struct {
 }
 
 func (e *TaskLimitError) Error() string {
-	return fmt.Sprintf("no room for another sandbox's processes: %d tasks in use of %s %d (a sandbox holds about %d; %d stay free for what already runs); close sandboxes, or %s",
+	return fmt.Sprintf("%d tasks (processes and threads) in use of %s %d; a sandbox holds about %d, and %d stay free for what already runs. Close sandboxes, or %s",
 		e.Used, e.Limit, e.Max, SandboxTasks, e.Reserve, e.Fix)
 }
 
@@ -64,9 +64,7 @@ const initPIDNSIno = 0xEFFFFFFC
 // the sandbox's supervisor and cgroup go beneath it) has no room for one
 // more sandbox's tasks under the kernel's limits or its cgroups' pids.max.
 // It reads a few files (the kernel's thread count, two sysctls, the pids
-// files of the creator's cgroup and its ancestors) and costs tens of
-// microseconds; only in a pid namespace with a pid_max of its own that the
-// host's thread count exceeds does it count that namespace's tasks in /proc.
+// files of the creator's cgroup and its ancestors): about 20 µs.
 func CheckTaskRoom() error { return checkTaskRoom(startTasks) }
 
 // TaskShortage is CheckTaskRoom after a start failed: whether the failure
@@ -74,40 +72,64 @@ func CheckTaskRoom() error { return checkTaskRoom(startTasks) }
 // tasks back, so it asks for room for two.
 func TaskShortage() error { return checkTaskRoom(2 * startTasks) }
 
+// TaskHeadroom is how many more tasks sandboxes may take before
+// CheckTaskRoom refuses, and the limit that decides it; ok is false when
+// no limit could be read.
+func TaskHeadroom() (n int64, limit string, ok bool) {
+	for _, l := range taskLimits(0) {
+		if free := l.Max - l.Reserve - l.Used; !ok || free < n {
+			n, limit, ok = free, l.Limit, true
+		}
+	}
+	return n, limit, ok
+}
+
 func checkTaskRoom(need int64) error {
+	for _, l := range taskLimits(need) {
+		if !taskRoom(l.Used, l.Max, l.Reserve, need) {
+			return l
+		}
+	}
+	return nil
+}
+
+// taskLimits reads the limits on this process's tasks and what is in use
+// under each (need: what a check asks for, which decides whether a pid
+// namespace's tasks are worth counting).
+func taskLimits(need int64) []*TaskLimitError {
+	var out []*TaskLimitError
 	if threads, ok := hostThreads(); ok {
 		if max, ok := readInt("/proc/sys/kernel/threads-max"); ok {
-			if r := taskReserve(max); !taskRoom(threads, max, r, need) {
-				return &TaskLimitError{Limit: "kernel.threads-max", Used: threads, Max: max, Reserve: r,
-					Fix: "raise it (sysctl -w kernel.threads-max=N)"}
-			}
+			out = append(out, &TaskLimitError{Limit: "kernel.threads-max", Used: threads, Max: max, Reserve: taskReserve(max),
+				Fix: "raise it (sysctl -w kernel.threads-max=N)"})
 		}
 		if max, ok := readInt("/proc/sys/kernel/pid_max"); ok {
-			r := taskReserve(max) + reservedPIDs
-			if !taskRoom(threads, max, r, need) {
-				used, known := threads, true
-				if !initialPIDNS() {
-					// The thread count is the host's; the limit may be this
-					// pid namespace's own (Linux 6.14+), lower than the
-					// host's: count what this namespace holds.
-					used, known = pidNSTasks(max)
+			used := threads
+			if threads > max && !initialPIDNS() {
+				// More tasks on the host than this pid_max allows: it is this
+				// pid namespace's own (Linux 6.14+), lower than the host's.
+				// Count what the namespace holds. (A namespace's pid_max
+				// as the host's, the common case in containers, is the
+				// host's limit, and the host's count the one to check.)
+				n, ok := pidNSTasks(max)
+				if !ok {
+					n = 0 // /proc is not this namespace's: can't tell
 				}
-				if known && !taskRoom(used, max, r, need) {
-					return &TaskLimitError{Limit: "kernel.pid_max", Used: used, Max: max, Reserve: r,
-						Fix: "raise it (sysctl -w kernel.pid_max=4194304, the most a 64-bit kernel allows)"}
-				}
+				used = n
 			}
+			out = append(out, &TaskLimitError{Limit: "kernel.pid_max", Used: used, Max: max, Reserve: taskReserve(max) + reservedPIDs,
+				Fix: "raise it (sysctl -w kernel.pid_max=4194304, the most a 64-bit kernel allows)"})
 		}
 	}
 	for _, dir := range pidsCgroups() {
 		max, ok1 := readInt(filepath.Join(dir, "pids.max")) // "max": no limit here
 		cur, ok2 := readInt(filepath.Join(dir, "pids.current"))
-		if r := taskReserve(max); ok1 && ok2 && !taskRoom(cur, max, r, need) {
-			return &TaskLimitError{Limit: filepath.Join(dir, "pids.max"), Used: cur, Max: max, Reserve: r,
-				Fix: "raise that cgroup's pids limit (TasksMax= of a systemd unit, docker run --pids-limit, a pod's pid limit), or create sandboxes from a cgroup without one"}
+		if ok1 && ok2 {
+			out = append(out, &TaskLimitError{Limit: filepath.Join(dir, "pids.max"), Used: cur, Max: max, Reserve: taskReserve(max),
+				Fix: "raise that cgroup's pids limit (TasksMax= of a systemd unit, docker run --pids-limit, a pod's pid limit), or create sandboxes from a cgroup without one"})
 		}
 	}
-	return nil
+	return out
 }
 
 // hostThreads is the number of tasks on the host: /proc/loadavg's
@@ -179,11 +201,13 @@ func readInt(path string) (int64, bool) {
 	return n, err == nil
 }
 
-// pidsCgroups are this process's cgroup and its ancestors in the pids
-// hierarchy (v1's pids controller, else v2), nearest first, up to the
-// hierarchy's root (which has no pids.max). Found once: a process rarely
-// moves, and reading mountinfo on every Create would cost more than the
-// rest of the check.
+// pidsCgroups are this process's cgroup and its ancestors that have a
+// pids.max (v1's pids hierarchy, else v2), nearest first, up to the
+// hierarchy's root. On v2 a cgroup has the file only where its parent
+// enabled the controller, so one without it is passed over, not the end:
+// an ancestor's limit (a user slice's TasksMax) still counts. Found once:
+// a process rarely moves, and reading mountinfo on every Create would cost
+// more than the rest of the check.
 var pidsCgroups = sync.OnceValue(func() []string {
 	fsys, err := detectCgroups()
 	if err != nil {
@@ -194,11 +218,15 @@ var pidsCgroups = sync.OnceValue(func() []string {
 		start = fsys.v2
 	}
 	var dirs []string
+	// Every cgroup directory, the hierarchy's root too, has cgroup.procs;
+	// above the root there is none.
 	for dir := start; dir != "" && dir != "/" && dir != "."; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "pids.max")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
 			break
 		}
-		dirs = append(dirs, dir)
+		if _, err := os.Stat(filepath.Join(dir, "pids.max")); err == nil {
+			dirs = append(dirs, dir)
+		}
 	}
 	return dirs
 })

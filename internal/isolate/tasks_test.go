@@ -22,6 +22,9 @@ func TestCheckTaskRoomHere(t *testing.T) {
 	if err := CheckTaskRoom(); err != nil {
 		t.Fatalf("no room for one sandbox on the test machine: %v", err)
 	}
+	if n, limit, ok := TaskHeadroom(); !ok || n <= startTasks || limit == "" {
+		t.Fatalf("TaskHeadroom = %d, %q, %v: want room for a sandbox under a named limit", n, limit, ok)
+	}
 	err := checkTaskRoom(1 << 40)
 	var tle *TaskLimitError
 	if !errors.As(err, &tle) || tle.Max <= 0 || tle.Used <= 0 || !strings.HasPrefix(tle.Limit, "kernel.") {

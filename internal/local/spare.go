@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"golang.org/x/sys/unix"
 )
 
@@ -109,7 +110,11 @@ func afterCreate(exe string, env []string, tookSpare bool) {
 	gen := spares.gen
 	spares.mu.Unlock()
 	time.AfterFunc(SpareDelay, func() {
-		sp, err := startSpare(exe, env)
+		var sp *spareShim
+		err := isolate.CheckTaskRoom() // no spare where a sandbox has no room
+		if err == nil {
+			sp, err = startSpare(exe, env)
+		}
 		spares.mu.Lock()
 		defer spares.mu.Unlock()
 		delete(spares.starting, key)

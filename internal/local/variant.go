@@ -274,11 +274,11 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 // checkTaskRoom refuses a start that would run the host (or the creator's
 // cgroup) out of process ids: started anyway it would fail half-way with
 // an error that doesn't say why, and the sandboxes already running could
-// no longer start commands. Retrying later (after others close) can work,
-// hence ErrUnavailable.
+// no longer start commands. Retrying later (after others close) can work:
+// ErrNoRoom.
 func checkTaskRoom() error {
 	if err := isolate.CheckTaskRoom(); err != nil {
-		return fmt.Errorf("%w: %w", sberr.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", sberr.ErrNoRoom, err)
 	}
 	return nil
 }
@@ -289,7 +289,7 @@ func checkTaskRoom() error {
 // the Go runtime can't make, a fork) says nothing of the cause.
 func whyNoStart(err error) error {
 	if terr := isolate.TaskShortage(); terr != nil {
-		return fmt.Errorf("%w: %w (likely why: %w)", sberr.ErrUnavailable, err, terr)
+		return fmt.Errorf("%w (likely why, %w: %w)", err, sberr.ErrNoRoom, terr)
 	}
 	return err
 }

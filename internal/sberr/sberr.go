@@ -2,7 +2,10 @@
 // the internal ones, so that errors.Is works across every layer.
 package sberr
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	ErrNotSupported  = errors.New("not supported by this variant")
@@ -16,4 +19,7 @@ var (
 	ErrAlreadyExists = errors.New("already exists")
 	ErrUnavailable   = errors.New("sandbox unavailable")
 	ErrPermission    = errors.New("permission denied")
+	// ErrNoRoom is an ErrUnavailable that passes: the host has no room for
+	// another sandbox now (no process ids left), and may once others close.
+	ErrNoRoom = fmt.Errorf("%w: no room on this host", ErrUnavailable)
 )

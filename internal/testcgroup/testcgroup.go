@@ -6,6 +6,7 @@ package testcgroup
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -60,8 +61,11 @@ func Pids(t testing.TB) string {
 	if base == "" {
 		testdep.Require(t, v2 != "", "a pids cgroup controller (v1 or v2)")
 		base = v2
-		if err := os.WriteFile(filepath.Join(v2, "cgroup.subtree_control"), []byte("+pids"), 0o644); err != nil {
-			t.Fatal(err)
+		// Sandboxes' default limits need memory (and cpu for CPUs) in
+		// their creator's cgroup too, or they go elsewhere.
+		for _, c := range []string{"+pids", "+memory", "+cpu"} {
+			err := os.WriteFile(filepath.Join(v2, "cgroup.subtree_control"), []byte(c), 0o644)
+			testdep.Require(t, err == nil, "a cgroup v2 root that can enable "+c[1:]+" for its children: "+fmt.Sprint(err))
 		}
 	}
 	dir := filepath.Join(base, "cs-test-"+strconv.Itoa(os.Getpid())+"-"+strconv.FormatInt(seq.Add(1), 10))
