@@ -42,7 +42,8 @@ func SetEarlyStart(func() (string, []*os.File)) {}
 
 func EarlyState() string { return "" }
 
-// CheckTaskRoom and TaskShortage: see tasks.go.
-func CheckTaskRoom() error                { return nil }
-func TaskShortage() error                 { return nil }
-func TaskHeadroom() (int64, string, bool) { return 0, "", false }
+// CheckRoom, RoomShortage and the headrooms: see room.go.
+func CheckRoom() error                      { return nil }
+func RoomShortage() error                   { return nil }
+func TaskHeadroom() (int64, string, bool)   { return 0, "", false }
+func MemoryHeadroom() (int64, string, bool) { return 0, "", false }

@@ -363,7 +363,7 @@ func (i *instance) Resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkTaskRoom(); err != nil {
+	if err := checkRoom(); err != nil {
 		return fmt.Errorf("resume sandbox %s: %w", i.id, err) // it stays paused
 	}
 	ss := shimSpec{Dir: i.dir(), Record: *r, Runsc: runsc, Exe: exe, Restore: true}

@@ -209,7 +209,7 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt, sandboxBin stri
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTaskRoom(); err != nil {
+	if err := checkRoom(); err != nil {
 		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
 	}
 	id := ids.Sandbox('l')

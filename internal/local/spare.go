@@ -111,7 +111,7 @@ func afterCreate(exe string, env []string, tookSpare bool) {
 	spares.mu.Unlock()
 	time.AfterFunc(SpareDelay, func() {
 		var sp *spareShim
-		err := isolate.CheckTaskRoom() // no spare where a sandbox has no room
+		err := isolate.CheckRoom() // no spare where a sandbox has no room
 		if err == nil {
 			sp, err = startSpare(exe, env)
 		}

@@ -139,7 +139,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	// sandbox's record (with a thousand alive, tens of milliseconds that
 	// each Create would pay).
 	sweepSoon(rt)
-	if err := checkTaskRoom(); err != nil {
+	if err := checkRoom(); err != nil {
 		return nil, fmt.Errorf("create local sandbox: %w", err)
 	}
 	id := ids.Sandbox('l')
@@ -271,13 +271,13 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	return inst, nil
 }
 
-// checkTaskRoom refuses a start that would run the host (or the creator's
+// checkRoom refuses a start that would run the host (or the creator's
 // cgroup) out of process ids: started anyway it would fail half-way with
 // an error that doesn't say why, and the sandboxes already running could
 // no longer start commands. Retrying later (after others close) can work:
 // ErrNoRoom.
-func checkTaskRoom() error {
-	if err := isolate.CheckTaskRoom(); err != nil {
+func checkRoom() error {
+	if err := isolate.CheckRoom(); err != nil {
 		return fmt.Errorf("%w: %w", sberr.ErrNoRoom, err)
 	}
 	return nil
@@ -285,10 +285,10 @@ func checkTaskRoom() error {
 
 // whyNoStart adds to a failed start's error that the host is (nearly) out
 // of process ids, when it is: concurrent starts can all pass
-// checkTaskRoom and then run out together, and what fails then (a thread
+// checkRoom and then run out together, and what fails then (a thread
 // the Go runtime can't make, a fork) says nothing of the cause.
 func whyNoStart(err error) error {
-	if terr := isolate.TaskShortage(); terr != nil {
+	if terr := isolate.RoomShortage(); terr != nil {
 		return fmt.Errorf("%w (likely why, %w: %w)", err, sberr.ErrNoRoom, terr)
 	}
 	return err

@@ -20,12 +20,12 @@ import (
 
 var seq atomic.Int64
 
-// Pids makes a cgroup with the pids controller (v1's pids hierarchy, else
-// v2 with pids enabled at its root) and returns its directory: the test
-// sets pids.max and moves a child in. When the test ends it waits up to
-// 15 s for the processes in it to end (one still there fails the test: a
-// leak) and removes it.
-func Pids(t testing.TB) string {
+// New makes a cgroup with controller ("pids" or "memory": v1's hierarchy
+// of it, else v2 with it enabled at its root) and returns its directory:
+// the test sets a limit and moves a child in. When the test ends it waits
+// up to 15 s for the processes in it to end (one still there fails the
+// test: a leak) and removes it.
+func New(t testing.TB, controller string) string {
 	t.Helper()
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -48,18 +48,18 @@ func Pids(t testing.TB) string {
 		}
 		switch fields[sep+1] {
 		case "cgroup":
-			if v1 == "" && strings.Contains(","+fields[sep+3]+",", ",pids,") {
+			if v1 == "" && strings.Contains(","+fields[sep+3]+",", ","+controller+",") {
 				v1 = fields[4]
 			}
 		case "cgroup2":
-			if b, _ := os.ReadFile(filepath.Join(fields[4], "cgroup.controllers")); v2 == "" && strings.Contains(string(b), "pids") {
+			if b, _ := os.ReadFile(filepath.Join(fields[4], "cgroup.controllers")); v2 == "" && strings.Contains(string(b), controller) {
 				v2 = fields[4]
 			}
 		}
 	}
 	base := v1
 	if base == "" {
-		testdep.Require(t, v2 != "", "a pids cgroup controller (v1 or v2)")
+		testdep.Require(t, v2 != "", "a "+controller+" cgroup controller (v1 or v2)")
 		base = v2
 		// Sandboxes' default limits need memory (and cpu for CPUs) in
 		// their creator's cgroup too, or they go elsewhere.

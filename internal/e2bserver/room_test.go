@@ -19,15 +19,15 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
-const taskRoomChildEnv = "CS_SERVE_TASKROOM_CHILD"
+const roomChildEnv = "CS_SERVE_ROOM_CHILD"
 
-// TestCreateWithoutTaskRoom: a serve whose cgroup has no process ids left
+// TestCreateWithoutRoom: a serve whose cgroup has no process ids left
 // for another sandbox answers POST /sandboxes with 503 and Retry-After
 // (the limit to raise in its log), not a 500 from a start that died
 // half-way; the
 // sandboxes it already runs go on. serve runs in a child of this test, in
-// a cgroup with pids.max 200 made for it (TestCreateWithoutTaskRoomChild).
-func TestCreateWithoutTaskRoom(t *testing.T) {
+// a cgroup with pids.max 200 made for it (TestCreateWithoutRoomChild).
+func TestCreateWithoutRoom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
@@ -37,26 +37,26 @@ func TestCreateWithoutTaskRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := testcgroup.Pids(t)
+	dir := testcgroup.New(t, "pids")
 	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("200"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	script := fmt.Sprintf("echo $$ > %s && exec %s -test.run='^TestCreateWithoutTaskRoomChild$' -test.v", filepath.Join(dir, "cgroup.procs"), exe)
+	script := fmt.Sprintf("echo $$ > %s && exec %s -test.run='^TestCreateWithoutRoomChild$' -test.v", filepath.Join(dir, "cgroup.procs"), exe)
 	cmd := exec.CommandContext(ctx, "sh", "-c", script)
-	cmd.Env = append(os.Environ(), taskRoomChildEnv+"=1", "GOMAXPROCS=2") // a thread per core would eat the room
+	cmd.Env = append(os.Environ(), roomChildEnv+"=1", "GOMAXPROCS=2") // a thread per core would eat the room
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestCreateWithoutTaskRoomChild") {
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestCreateWithoutRoomChild") {
 		t.Fatalf("child: %v", err)
 	}
 }
 
-// TestCreateWithoutTaskRoomChild is TestCreateWithoutTaskRoom's child.
-func TestCreateWithoutTaskRoomChild(t *testing.T) {
-	if os.Getenv(taskRoomChildEnv) == "" {
-		t.Skip("run by TestCreateWithoutTaskRoom")
+// TestCreateWithoutRoomChild is TestCreateWithoutRoom's child.
+func TestCreateWithoutRoomChild(t *testing.T) {
+	if os.Getenv(roomChildEnv) == "" {
+		t.Skip("run by TestCreateWithoutRoom")
 	}
 	var logged lockedBuffer
 	_, base := testServer(t, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})

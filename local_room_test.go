@@ -22,41 +22,59 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
-// taskRoomChildEnv names, in the child TestLocalTaskRoomChild runs in, the
+// roomChildEnv names, in the child TestLocalRoomChild runs in, the
 // limit it is expected to run into.
-const taskRoomChildEnv = "CS_TASKROOM_LIMIT"
+const roomChildEnv = "CS_ROOM_LIMIT"
 
-// TestLocalTaskRoom: a caller that creates sandboxes until the host has no
-// process ids left for another gets a clear refusal (ErrUnavailable, the
-// limit, its numbers and what to change) before anything half-starts,
+// TestLocalRoom: a caller that creates sandboxes until the host has no
+// process ids or memory left for another gets a clear refusal (ErrNoRoom,
+// the limit, its numbers and what to change) before anything half-starts,
 // instead of a supervisor or init dying for want of a thread with an error
-// that says nothing of why. The sandboxes already running keep room to
-// start commands, and closing them leaves nothing behind. Two real limits,
-// each in a child of this test that runs TestLocalTaskRoomChild:
+// that says nothing of why, or the OOM killer choosing among what runs.
+// The sandboxes already running keep room to start commands, and closing
+// them leaves nothing behind. Three real limits, each in a child of this
+// test that runs TestLocalRoomChild:
 //   - the pids.max of the creator's cgroup (a cgroup made for the child);
 //   - kernel.pid_max of a pid namespace of the child's own (Linux 6.14+
 //     lets a pid namespace have a lower one), where the host's thread count
-//     is no measure and the namespace's tasks are counted.
-func TestLocalTaskRoom(t *testing.T) {
+//     is no measure and the namespace's tasks are counted;
+//   - the memory limit of the creator's cgroup (a container's --memory).
+func TestLocalRoom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
-	testdep.Require(t, os.Geteuid() == 0, "root (to make a pids cgroup and a pid namespace)")
+	testdep.Require(t, os.Geteuid() == 0, "root (to make cgroups and a pid namespace)")
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	child := fmt.Sprintf("%s -test.run='^TestLocalTaskRoomChild$' -test.v -test.timeout=4m", exe)
+	child := fmt.Sprintf("%s -test.run='^TestLocalRoomChild$' -test.v -test.timeout=4m", exe)
 
 	t.Run("cgroup pids.max", func(t *testing.T) {
-		dir := testcgroup.Pids(t)
+		dir := testcgroup.New(t, "pids")
 		// 200 tasks: about nine sandboxes of ~18, the test binary's threads
 		// and a reserve of 6.
 		if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte("200"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		procs := filepath.Join(dir, "cgroup.procs")
-		runTaskRoomChild(t, "pids.max", "echo $$ > "+procs+" && exec "+child)
+		runRoomChild(t, "pids.max", "echo $$ > "+procs+" && exec "+child)
+	})
+
+	t.Run("cgroup memory limit", func(t *testing.T) {
+		dir := testcgroup.New(t, "memory")
+		// 320 MiB: the check keeps 64 free and asks 32 for a start; a
+		// sandbox of this test binary keeps about 12 (its Go processes are
+		// the whole test binary), so about fifteen after the child's own.
+		limitFile := "memory.max"
+		if _, err := os.Stat(filepath.Join(dir, limitFile)); err != nil {
+			limitFile = "memory.limit_in_bytes" // v1
+		}
+		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.Itoa(320<<20)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		procs := filepath.Join(dir, "cgroup.procs")
+		runRoomChild(t, limitFile, "echo $$ > "+procs+" && exec "+child)
 	})
 
 	t.Run("pid namespace pid_max", func(t *testing.T) {
@@ -75,7 +93,7 @@ func TestLocalTaskRoom(t *testing.T) {
 		// namespace's own count (what the child checks it was refused on)
 		// can tell that there is room.
 		holdThreads(t, 700)
-		runTaskRoomChild(t, "kernel.pid_max", "", unshare, "-p", "-f", "--mount-proc", "sh", "-c",
+		runRoomChild(t, "kernel.pid_max", "", unshare, "-p", "-f", "--mount-proc", "sh", "-c",
 			"echo 600 > /proc/sys/kernel/pid_max && "+child)
 	})
 }
@@ -97,9 +115,9 @@ func holdThreads(t *testing.T, n int) {
 	t.Cleanup(func() { close(release) })
 }
 
-// runTaskRoomChild runs the child through sh -c script (or argv when
-// given) with taskRoomChildEnv=limit, and fails unless it passed.
-func runTaskRoomChild(t *testing.T, limit, script string, argv ...string) {
+// runRoomChild runs the child through sh -c script (or argv when
+// given) with roomChildEnv=limit, and fails unless it passed.
+func runRoomChild(t *testing.T, limit, script string, argv ...string) {
 	t.Helper()
 	if len(argv) == 0 {
 		argv = []string{"sh", "-c", script}
@@ -109,10 +127,10 @@ func runTaskRoomChild(t *testing.T, limit, script string, argv ...string) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	// GOMAXPROCS=2: the room left is counted in tasks, and a many-core
 	// runner's test binary would otherwise hold a thread per core.
-	cmd.Env = append(os.Environ(), taskRoomChildEnv+"="+limit, "GOMAXPROCS=2")
+	cmd.Env = append(os.Environ(), roomChildEnv+"="+limit, "GOMAXPROCS=2")
 	out, err := cmd.CombinedOutput()
 	t.Logf("child:\n%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestLocalTaskRoomChild") {
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestLocalRoomChild") {
 		t.Fatalf("child: %v", err)
 	}
 }
@@ -129,11 +147,11 @@ func hostTasks() int64 {
 	return n
 }
 
-// TestLocalTaskRoomChild is TestLocalTaskRoom's child: it runs only there.
-func TestLocalTaskRoomChild(t *testing.T) {
-	limit := os.Getenv(taskRoomChildEnv)
+// TestLocalRoomChild is TestLocalRoom's child: it runs only there.
+func TestLocalRoomChild(t *testing.T) {
+	limit := os.Getenv(roomChildEnv)
 	if limit == "" {
-		t.Skip("run by TestLocalTaskRoom")
+		t.Skip("run by TestLocalRoom")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -155,20 +173,20 @@ func TestLocalTaskRoomChild(t *testing.T) {
 		sbs = append(sbs, sb)
 	}
 	t.Logf("%d sandboxes created, then: %v", len(sbs), refused)
-	var tle *isolate.TaskLimitError
+	var re *isolate.RoomError
 	switch {
 	case refused == nil:
 		t.Fatalf("60 sandboxes and no refusal: the %s limit was not enforced", limit)
-	case !errors.Is(refused, sandboxes.ErrNoRoom) || !errors.Is(refused, sandboxes.ErrUnavailable) || !errors.As(refused, &tle):
-		t.Fatalf("refused with %v, want ErrNoRoom (an ErrUnavailable) and a TaskLimitError", refused)
+	case !errors.Is(refused, sandboxes.ErrNoRoom) || !errors.Is(refused, sandboxes.ErrUnavailable) || !errors.As(refused, &re):
+		t.Fatalf("refused with %v, want ErrNoRoom (an ErrUnavailable) and a RoomError", refused)
 	case strings.Contains(refused.Error(), "likely why"):
 		// whyNoStart's form: a start was tried and failed half-way.
 		t.Fatalf("refused only after a start failed: %v", refused)
-	case !strings.HasSuffix(tle.Limit, limit):
-		t.Fatalf("refused for %s, want %s", tle.Limit, limit)
-	case limit == "kernel.pid_max" && tle.Used >= hostTasks():
+	case !strings.HasSuffix(re.Limit, limit):
+		t.Fatalf("refused for %s, want %s", re.Limit, limit)
+	case limit == "kernel.pid_max" && re.Used >= hostTasks():
 		// The parent holds 700 threads outside the namespace.
-		t.Fatalf("refused on %d tasks, the host's count (%d), not the namespace's own", tle.Used, hostTasks())
+		t.Fatalf("refused on %d tasks, the host's count (%d), not the namespace's own", re.Used, hostTasks())
 	case len(sbs) < 2:
 		t.Fatalf("refused after %d sandboxes: the reserve is too big for this limit", len(sbs))
 	case !strings.Contains(refused.Error(), "raise"):
