@@ -499,6 +499,7 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	hostThreads, selfThreads := hostTasks(), selfTasks()
 	pidMax, _ := os.ReadFile("/proc/sys/kernel/pid_max")
 	roomTasks, roomLimit, roomOK := isolate.TaskHeadroom()
+	roomMem, roomMemLimit, roomMemOK := isolate.MemoryHeadroom()
 	for _, sb := range alive {
 		_ = sb.Close()
 	}
@@ -506,11 +507,11 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 		fmt.Fprintf(rep, "\nAt the peak: %.1f threads and %.1f processes per sandbox (every task takes a pid: `kernel.pid_max` is %s here); %d threads on the host, %d of them this benchmark's. Every thread on the host lengthens each new sandbox's `pivot_root`: the kernel walks them all (`chroot_fs_refs`, about 0.1 µs each). Threads per sandbox by process: %s. MemAvailable fell by %.1f MiB per sandbox alive.\n", float64(threads)/float64(len(alive)), float64(nprocs)/float64(len(alive)), strings.TrimSpace(string(pidMax)), hostThreads, selfThreads, byRole.format(len(alive)), float64(avail0-availPeak)/float64(len(alive))/(1<<20))
 		perTasks := float64(threads) / float64(len(alive))
 		perMem := float64(avail0-availPeak) / float64(len(alive))
-		if roomOK && perTasks > 0 && perMem > 0 {
-			// Which limit a caller would run into next, here: the room
-			// check's (Create refuses with ErrNoRoom) or memory.
-			fmt.Fprintf(rep, "Room left at the peak: %d tasks before Create refuses on `%s` (about %.0f more sandboxes at %.1f tasks each); MemAvailable %.1f GiB, about %.0f more at %.1f MiB each.\n",
-				roomTasks, roomLimit, float64(roomTasks)/perTasks, perTasks, float64(availPeak)/(1<<30), float64(availPeak)/perMem, perMem/(1<<20))
+		if roomOK && roomMemOK && perTasks > 0 && perMem > 0 {
+			// Which limit a caller would run into next, here: Create
+			// refuses with ErrNoRoom on the first of them.
+			fmt.Fprintf(rep, "Room left at the peak, before Create refuses (`ErrNoRoom`): %d tasks under `%s`, about %.0f more sandboxes at %.1f tasks each; %.1f GiB under %s, about %.0f more at %.1f MiB each.\n",
+				roomTasks, roomLimit, float64(roomTasks)/perTasks, perTasks, float64(roomMem)/(1<<30), roomMemLimit, float64(roomMem)/perMem, perMem/(1<<20))
 		}
 	}
 	ents, _ := os.ReadDir(rt)
