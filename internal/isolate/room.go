@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,29 +48,38 @@ type RoomError struct {
 	Limit     string // "kernel.pid_max", "kernel.threads-max", "MemAvailable", or a cgroup's limit file
 	Used, Max int64
 	Reserve   int64  // what a new sandbox must leave free under Max
+	Need      int64  // what the refused start asked for
 	Fix       string // what the operator can do besides closing sandboxes
 }
 
 func (e *RoomError) Error() string {
 	if e.Memory {
-		return fmt.Sprintf("%d MiB in use of %s %d MiB; a sandbox keeps about %d MiB, and %d MiB stay free for what already runs. Close sandboxes, or %s",
-			e.Used>>20, e.Limit, e.Max>>20, SandboxMemory>>20, e.Reserve>>20, e.Fix)
+		return fmt.Sprintf("%d MiB in use of %s %d MiB; a start asks for %d MiB (an idle sandbox keeps about %d), and %d MiB stay free for what already runs. Close sandboxes, or %s",
+			e.Used>>20, e.Limit, e.Max>>20, e.Need>>20, SandboxMemory>>20, e.Reserve>>20, e.Fix)
 	}
-	return fmt.Sprintf("%d tasks (processes and threads) in use of %s %d; a sandbox holds about %d, and %d stay free for what already runs. Close sandboxes, or %s",
-		e.Used, e.Limit, e.Max, SandboxTasks, e.Reserve, e.Fix)
+	return fmt.Sprintf("%d tasks (processes and threads) in use of %s %d; a start asks for %d (an idle sandbox holds about %d), and %d stay free for what already runs. Close sandboxes, or %s",
+		e.Used, e.Limit, e.Max, e.Need, SandboxTasks, e.Reserve, e.Fix)
 }
 
-// room reports whether need more fit under the limit, leaving its reserve.
-func (e *RoomError) room(need int64) bool { return e.Used+need+e.Reserve <= e.Max }
+// room reports whether need more fit under the limit, leaving its reserve;
+// when not, the error says need was asked for.
+func (e *RoomError) room(need int64) bool {
+	e.Need = need
+	return e.Used+need+e.Reserve <= e.Max
+}
 
 // taskReserve is how much of a limit a new sandbox must leave free: the
 // sandboxes already running need tasks for their commands (and the
 // creator for its threads), which a table filled to the brim would refuse.
 func taskReserve(max int64) int64 { return max / 32 }
 
-// memReserve is the same for memory: a sandbox's kernel grows as its code
-// runs, and the creator needs some too.
-func memReserve(limit int64) int64 { return max(limit/32, 64<<20) }
+// memReserve is the same for a cgroup's memory limit: a sandbox's kernel
+// grows as its code runs, and the creator needs some too.
+func memReserve(limit int64) int64 { return max(limit/32, 16<<20) }
+
+// hostMemReserve is the same for the host's memory: 1/32, from 64 MiB up to
+// 1 GiB (what a sandbox needs doesn't grow with the host).
+func hostMemReserve(total int64) int64 { return min(max(total/32, 64<<20), 1<<30) }
 
 // reservedPIDs: once its pids have wrapped around, the kernel gives new
 // tasks pids from 300 up only (RESERVED_PIDS), so at most pid_max - 300
@@ -166,16 +176,21 @@ func taskLimits(need int64) []*RoomError {
 }
 
 // memLimits reads the limits on memory that a new sandbox counts against
-// and what is in use under each: the host's (MemTotal less MemAvailable,
-// the kernel's own estimate of what it can give without swapping), and
-// the memory limit of the creator's cgroup and its ancestors (a
-// container's --memory), where the sandboxes' cgroups are charged too.
-// In a cgroup, page cache that can be dropped doesn't count as in use:
-// a container that has read many files sits at its limit with it.
+// and what is in use under each:
+//   - the host's: what can't be had without the OOM killer is MemTotal less
+//     MemAvailable (the kernel's estimate of what it can give without
+//     swapping), less free swap (anonymous pages can go there), less what
+//     ZFS's cache would give back (not in MemAvailable);
+//   - the memory limit of the creator's cgroup and its ancestors (a
+//     container's --memory), where the sandboxes' cgroups are charged too:
+//     what a cgroup holds that can't be reclaimed, i.e. not page cache
+//     (other than tmpfs) nor reclaimable kernel caches, since a container
+//     that has read many files sits at its limit with them.
 func memLimits() []*RoomError {
 	var out []*RoomError
-	if total, avail, ok := hostMemory(); ok {
-		out = append(out, &RoomError{Memory: true, Limit: "the host's memory (MemTotal, less MemAvailable in use)", Used: total - avail, Max: total, Reserve: memReserve(total),
+	if m, ok := hostMemory(); ok {
+		used := max(m.total-m.avail-m.swapFree-zfsARCReclaimable(), 0)
+		out = append(out, &RoomError{Memory: true, Limit: "the host's memory (MemTotal; used: less MemAvailable and free swap)", Used: used, Max: m.total, Reserve: hostMemReserve(m.total),
 			Fix: "free memory on the host"})
 	}
 	for _, c := range memCgroups() {
@@ -185,80 +200,117 @@ func memLimits() []*RoomError {
 		if !ok || max >= 1<<62 {
 			continue
 		}
-		cur, ok := readInt(filepath.Join(c.dir, c.curFile))
+		used, ok := cgroupMemUsed(c)
 		if !ok {
 			continue
 		}
-		cache, shmem := memStat(filepath.Join(c.dir, "memory.stat"), c.v2)
-		if reclaimable := cache - shmem; reclaimable > 0 && reclaimable < cur {
-			cur -= reclaimable // tmpfs pages (shmem) stay: only swap frees them
-		}
-		out = append(out, &RoomError{Memory: true, Limit: filepath.Join(c.dir, c.maxFile), Used: cur, Max: max, Reserve: memReserve(max),
+		out = append(out, &RoomError{Memory: true, Limit: filepath.Join(c.dir, c.maxFile), Used: used, Max: max, Reserve: memReserve(max),
 			Fix: "raise that cgroup's memory limit (MemoryMax= of a systemd unit, docker run --memory, a pod's memory limit), or create sandboxes from a cgroup without one"})
 	}
 	return out
 }
 
-// hostMemory reads MemTotal and MemAvailable (bytes) from /proc/meminfo.
-func hostMemory() (total, avail int64, ok bool) {
+// cgroupMemUsed is what a cgroup holds that reclaim can't free: v2's
+// memory.current less page cache (file) other than tmpfs (shmem) and less
+// reclaimable slab; v1's anonymous memory and tmpfs (total_rss,
+// total_shmem: its usage also counts kernel memory it has no line for).
+func cgroupMemUsed(c memCgroup) (int64, bool) {
+	st := memStat(filepath.Join(c.dir, "memory.stat"), c.v2)
+	if !c.v2 {
+		rss, ok1 := st["total_rss"]
+		shmem, ok2 := st["total_shmem"]
+		return rss + shmem, ok1 && ok2
+	}
+	cur, ok := readInt(filepath.Join(c.dir, c.curFile))
+	if !ok {
+		return 0, false
+	}
+	free := st["file"] - st["shmem"] + st["slab_reclaimable"]
+	return cur - min(max(free, 0), cur), true
+}
+
+type meminfo struct{ total, avail, swapFree int64 }
+
+// hostMemory reads MemTotal, MemAvailable and SwapFree (bytes) from
+// /proc/meminfo.
+func hostMemory() (meminfo, bool) {
+	var m meminfo
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return 0, 0, false
+		return m, false
 	}
 	var got int
 	for line := range strings.Lines(string(b)) {
 		k, v, found := strings.Cut(line, ":")
-		if !found || (k != "MemTotal" && k != "MemAvailable") {
-			continue
+		var dst *int64
+		switch k {
+		case "MemTotal":
+			dst = &m.total
+		case "MemAvailable":
+			dst = &m.avail
+		case "SwapFree":
+			dst = &m.swapFree
 		}
 		f := strings.Fields(v)
-		if len(f) == 0 {
+		if !found || dst == nil || len(f) == 0 {
 			continue
 		}
 		n, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil {
 			continue
 		}
-		if k == "MemTotal" {
-			total = n << 10
-		} else {
-			avail = n << 10
-		}
-		got++
-		if got == 2 {
-			return total, avail, total > 0
+		*dst = n << 10 // kB
+		if got++; got == 3 {
+			break
 		}
 	}
-	return 0, 0, false
+	return m, got == 3 && m.total > 0
 }
 
-// memStat reads a cgroup's page cache and, of it, tmpfs pages (bytes):
-// v2's file and shmem, v1's hierarchical total_cache and total_shmem. It
-// reads at most 64 KiB: the file is the kernel's, but bounded all the same.
-func memStat(path string, v2 bool) (cache, shmem int64) {
+// zfsARCReclaimable is what ZFS's cache (ARC) would give back under
+// pressure, which MemAvailable doesn't count: its size above its minimum.
+// 0 without ZFS (the file doesn't exist: one failed open).
+func zfsARCReclaimable() int64 {
+	st := kstat("/proc/spl/kstat/zfs/arcstats")
+	return max(st["size"]-st["c_min"], 0)
+}
+
+// memStat reads a cgroup's memory.stat ("key value" lines, bytes), at
+// most 64 KiB of it: the file is the kernel's, but bounded all the same.
+func memStat(path string, v2 bool) map[string]int64 {
+	want := []string{"total_rss", "total_shmem"}
+	if v2 {
+		want = []string{"file", "shmem", "slab_reclaimable"}
+	}
+	return readStats(path, want, 1)
+}
+
+// kstat reads the size and c_min of ZFS's arcstats ("name type data" lines).
+func kstat(path string) map[string]int64 {
+	return readStats(path, []string{"size", "c_min"}, 2)
+}
+
+// readStats reads the keys want from a file of lines whose first field is
+// a key and whose field col (the key's is 0) is its value, at most 64 KiB
+// of it.
+func readStats(path string, want []string, col int) map[string]int64 {
+	out := map[string]int64{}
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, 0
+		return out
 	}
 	defer f.Close()
-	cacheKey, shmemKey := "total_cache", "total_shmem"
-	if v2 {
-		cacheKey, shmemKey = "file", "shmem"
-	}
 	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
 	for sc.Scan() {
-		k, v, ok := bytes.Cut(sc.Bytes(), []byte(" "))
-		if !ok {
+		fields := bytes.Fields(sc.Bytes())
+		if len(fields) <= col || !slices.Contains(want, string(fields[0])) {
 			continue
 		}
-		switch string(k) {
-		case cacheKey:
-			cache, _ = strconv.ParseInt(string(v), 10, 64)
-		case shmemKey:
-			shmem, _ = strconv.ParseInt(string(v), 10, 64)
+		if n, err := strconv.ParseInt(string(fields[col]), 10, 64); err == nil {
+			out[string(fields[0])] = n
 		}
 	}
-	return cache, shmem
+	return out
 }
 
 // memCgroup is a cgroup with a memory limit file, and its files' names.

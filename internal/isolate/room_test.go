@@ -5,6 +5,7 @@ package isolate
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,29 @@ func TestCheckRoomHere(t *testing.T) {
 func BenchmarkCheckRoom(b *testing.B) {
 	for b.Loop() {
 		_ = CheckRoom()
+	}
+}
+
+// TestReadStats: memory.stat's "key value" lines and ZFS arcstats' "name
+// type data" ones (after two header lines), in the kernel's layout.
+func TestReadStats(t *testing.T) {
+	dir := t.TempDir()
+	stat := filepath.Join(dir, "memory.stat")
+	if err := os.WriteFile(stat, []byte("anon 1000\nfile 5000\nshmem 700\nslab_reclaimable 300\nfile_mapped 20\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := memStat(stat, true)
+	if st["file"] != 5000 || st["shmem"] != 700 || st["slab_reclaimable"] != 300 || len(st) != 3 {
+		t.Fatalf("v2 memory.stat: %v", st)
+	}
+	arc := filepath.Join(dir, "arcstats")
+	if err := os.WriteFile(arc, []byte("13 1 0x01 147 39984 5374390372 1862442366406\nname                            type data\nhits                            4    1000\nsize                            4    3000000\nc_min                           4    1000000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st := kstat(arc); st["size"] != 3000000 || st["c_min"] != 1000000 {
+		t.Fatalf("arcstats: %v", st)
+	}
+	if st := memStat(filepath.Join(dir, "missing"), false); len(st) != 0 {
+		t.Fatalf("a missing file: %v", st)
 	}
 }
