@@ -44,9 +44,10 @@ var (
 	// ErrUnavailable: the sandbox stopped answering (killed, expired, crashed).
 	ErrUnavailable = sberr.ErrUnavailable
 	// ErrNoRoom (also an ErrUnavailable): the host has no room for another
-	// sandbox now, e.g. no process ids left under kernel.pid_max or the
-	// creator's cgroup pids.max; the message names the limit. Retrying once
-	// others have closed can work.
+	// sandbox now: no process ids or memory left under kernel.pid_max,
+	// kernel.threads-max, the host's memory, or the creator's cgroup's
+	// pids.max or memory limit; the message names the limit and how to
+	// raise it. Retrying once others have closed can work.
 	ErrNoRoom = sberr.ErrNoRoom
 	// ErrInvalidInput: a request argument was refused.
 	ErrInvalidInput = sberr.ErrInvalidInput

@@ -1138,7 +1138,7 @@ func (s *Server) grantedTools(grants []string) ([]sandboxes.Tool, error) {
 }
 
 // writeNoRoom answers a create or resume the host has no room for now
-// (sandboxes.ErrNoRoom: out of process ids): 503 with Retry-After, since
+// (sandboxes.ErrNoRoom: out of process ids or memory): 503 with Retry-After, since
 // it may pass once other sandboxes end. The tenant learns that much; the
 // limit and the host's numbers (cgroup paths among them) go to the log,
 // for the operator, who can raise it.

@@ -272,9 +272,10 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 }
 
 // checkRoom refuses a start that would run the host (or the creator's
-// cgroup) out of process ids: started anyway it would fail half-way with
-// an error that doesn't say why, and the sandboxes already running could
-// no longer start commands. Retrying later (after others close) can work:
+// cgroup) out of process ids or memory: started anyway it would fail
+// half-way with an error that doesn't say why, or leave the OOM killer to
+// choose among what runs, and the sandboxes already running could no
+// longer start commands. Retrying later (after others close) can work:
 // ErrNoRoom.
 func checkRoom() error {
 	if err := isolate.CheckRoom(); err != nil {
@@ -284,7 +285,7 @@ func checkRoom() error {
 }
 
 // whyNoStart adds to a failed start's error that the host is (nearly) out
-// of process ids, when it is: concurrent starts can all pass
+// of process ids or memory, when it is: concurrent starts can all pass
 // checkRoom and then run out together, and what fails then (a thread
 // the Go runtime can't make, a fork) says nothing of the cause.
 func whyNoStart(err error) error {

@@ -20,6 +20,6 @@ var (
 	ErrUnavailable   = errors.New("sandbox unavailable")
 	ErrPermission    = errors.New("permission denied")
 	// ErrNoRoom is an ErrUnavailable that passes: the host has no room for
-	// another sandbox now (no process ids left), and may once others close.
+	// another sandbox now (no process ids or memory left), and may once others close.
 	ErrNoRoom = fmt.Errorf("%w: no room on this host", ErrUnavailable)
 )
