@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 )
 
@@ -39,12 +38,8 @@ func CheckSupport() error {
 }
 
 func readSysctl(name string) (int, bool) {
-	b, err := os.ReadFile("/proc/sys/" + name)
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return v, err == nil
+	v, ok := readInt("/proc/sys/" + name)
+	return int(v), ok
 }
 
 func apparmorUnconfined() bool {
