@@ -374,6 +374,21 @@ func stage1(cfg *childConfig) error {
 		return finishInPlace(cfg)
 	}
 	trace.Mark("stage 1: seccomp loaded, re-exec")
+	// Until the re-exec only this thread is hardened: the others still hold
+	// every capability in the sandbox's user namespace and have no seccomp
+	// filter. What the early start starts is the sandbox's code (the
+	// kernel; an environment's python is the environment's own), the same
+	// user, and /proc/PID/mem checks it against this thread, which has no
+	// capability more than it: it could open our memory, shared with those
+	// threads, and write into it (TestEarlyStartCantReachStage1). Not
+	// dumpable, our /proc files need CAP_SYS_PTRACE in the sandbox's user
+	// namespace, which nothing of the user's has. Only here: the broker's
+	// start above writes its child's id maps, which a not-dumpable child
+	// (it inherits the flag) would not allow; the re-exec makes stage 2
+	// dumpable again, as an exec with unchanged credentials does.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("not dumpable: %w", err)
+	}
 
 	// Stage 2's environment as it is now: an early start may change ours.
 	var env []string

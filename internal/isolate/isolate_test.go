@@ -59,6 +59,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(rootHeldChecks(os.Getenv("ISOLATE_TEST_MODE")))
 	}
+	if IsChild() && os.Getenv("ISOLATE_TEST_MODE") == "early-mem" {
+		SetEarlyStart(earlyMemStart)
+	}
 	if IsChild() {
 		if err := Child(); err != nil {
 			fmt.Fprintln(os.Stderr, "Child:", err)
@@ -75,6 +78,8 @@ func childMain(mode string) int {
 		return runChecks()
 	case "exit7":
 		return 7
+	case "early-mem":
+		return 0
 	case "threads":
 		return runThreadChecks()
 	case "rootfs-checks":
