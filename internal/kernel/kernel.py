@@ -48,7 +48,6 @@ import io
 import builtins
 import _thread
 import _signal  # not "signal": that imports enum, a few ms of startup
-from _json import encode_basestring_ascii as _jstr
 
 _KFILE = sys._getframe().f_code.co_filename
 _MAIN_THREAD = _thread.get_ident()
@@ -121,6 +120,36 @@ class _TooBig(ValueError):
 
 class _Raw(str):
     """Already-encoded JSON text embedded verbatim by _enc."""
+
+
+# JSON strings for frames: _json's encode_basestring_ascii, byte for byte.
+# _json is a C extension whose load (~1.2 ms) would be on a cold start's
+# critical path (the kernel's start is its longest step): _jstr is this
+# module's own until the first command has been answered (_main loads _json
+# then), or until a string its pure path won't take.
+_JESC = {i: "\\u%04x" % i for i in (*range(32), 127)}
+_JESC.update({8: "\\b", 9: "\\t", 10: "\\n", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"})
+_JSLOW_MAX = 4096  # longer strings needing escapes go to _json
+
+
+def _jstr_c():
+    """Load _json's encoder as _jstr, and return it."""
+    global _jstr
+    from _json import encode_basestring_ascii as _jstr
+
+    return _jstr
+
+
+def _jstr(s):
+    if s.isascii():
+        if s.isprintable() and '"' not in s and "\\" not in s:
+            return '"' + s + '"'
+        if len(s) <= _JSLOW_MAX:
+            return '"' + s.translate(_JESC) + '"'
+    return _jstr_c()(s)
+
+
+_jstr_py = _jstr
 
 
 def _enc(o):
@@ -2676,3 +2705,7 @@ def _main():
             pass
         except Exception as e:  # a kernel bug must not end the context
             _note("[kernel] internal error: %s: %s" % (type(e).__name__, e))
+        if _jstr is _jstr_py:
+            # The first command is answered: _json's load (see _jstr) costs
+            # no one a result now.
+            _jstr_c()
