@@ -259,6 +259,39 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// Tracebacks show the source of every cell they pass through: one run
+// before anything loaded linecache, one run after, and after user code
+// emptied linecache's cache.
+func TestTracebackSourcesOfEarlierCells(t *testing.T) {
+	s := newTestSession(t)
+	exec1(t, s, "def early():\n    return 1/0")
+	for range 20 {
+		exec1(t, s, "x = 1")
+	}
+	check := func(call, line string) {
+		t.Helper()
+		errs := exec1(t, s, call).errors()
+		if len(errs) != 1 || !strings.Contains(errs[0].Traceback, line) {
+			t.Fatalf("%s: the traceback lacks %q:\n%+v", call, line, errs)
+		}
+	}
+	check("early()", "return 1/0") // loads linecache
+	exec1(t, s, "def late():\n    return {}['k']")
+	for range 20 {
+		exec1(t, s, "x = 2")
+	}
+	check("late()", "return {}['k']")
+	// inspect reads a cell's source from linecache too, with no error
+	// to make the kernel register it.
+	exec1(t, s, "def later():\n    return 'source of later'")
+	if out := exec1(t, s, "import inspect; print(inspect.getsource(later))").stdout(); !strings.Contains(out, "return 'source of later'") {
+		t.Fatalf("inspect.getsource of a cell's function: %q", out)
+	}
+	exec1(t, s, "import linecache; linecache.clearcache()")
+	check("early()", "return 1/0")
+	check("late()", "return {}['k']")
+}
+
 func TestSysExit(t *testing.T) {
 	s := newTestSession(t)
 	for _, tc := range []struct {

@@ -41,6 +41,27 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 }
 
+// BenchmarkRoundTripLongSession: "x + 2" on a kernel that has already run
+// 5,000 cells since an error (which loads linecache, where tracebacks and
+// inspect find cells' sources): a cell must not cost more because many
+// came before it (before, each one registered every
+// earlier cell's source again: ~0.5 ms a cell by the 5,000th).
+func BenchmarkRoundTripLongSession(b *testing.B) {
+	s := newTestSession(b)
+	exec1(b, s, "1/0")
+	exec1(b, s, "x = 40")
+	for range 5000 {
+		if _, err := s.Execute(context.Background(), Request{Code: "x + 2"}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, err := s.Execute(context.Background(), Request{Code: "x + 2"}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // benchDir lets KERNEL_BENCH_NOCACHE=1 measure the -c fallback (no bytecode cache).
 func benchDir(dir string) string {
 	if os.Getenv("KERNEL_BENCH_NOCACHE") != "" {

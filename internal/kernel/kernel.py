@@ -76,7 +76,8 @@ class _State:
     bufw = 1  # its stream
     armed = False  # a flusher thread will flush buf soon
     loop = None  # asyncio loop for top-level await, created on demand
-    cells = {}  # filename -> source, registered in linecache lazily
+    cells = {}  # filename -> source of every cell run, for linecache
+    fresh = []  # filenames of the cells linecache hasn't been given yet
     ns = None
     child = None  # _Child running the cells of a non-Python context
     kids = []  # subprocess.Popen objects started and not seen finished
@@ -2271,13 +2272,27 @@ def _bash_name(k):
 # ---------------------------------------------------------------- cells
 
 
-def _register_cells():
+def _add_cell(fn, src):
+    """Keep a cell's source for tracebacks (linecache), under its file name."""
+    _st.cells[fn] = src
+    _st.fresh.append(fn)
+    _register_cells()
+
+
+def _register_cells(every=False):
+    """Give linecache, once something has loaded it, the cells it doesn't
+    have: those run since the last call, or with every, all of them (user
+    code may have emptied its cache). Not every cell on every call: a
+    session's thousandth cell would pay for the 999 before it."""
     lc = sys.modules.get("linecache")
     if lc is None:
         return
-    for fn, src in _st.cells.items():
-        if fn not in lc.cache:
-            lc.cache[fn] = (len(src), None, src.splitlines(True), fn)
+    cache = lc.cache
+    for fn in _st.cells if every else _st.fresh:
+        if fn not in cache:
+            src = _st.cells[fn]
+            cache[fn] = (len(src), None, src.splitlines(True), fn)
+    _st.fresh.clear()
 
 
 def _hide_machinery(te, seen):
@@ -2303,7 +2318,7 @@ def _send_error(e):
     import traceback
     import linecache  # noqa: F401  (traceback needs it; cells get registered)
 
-    _register_cells()
+    _register_cells(every=True)
     try:
         te = traceback.TracebackException(type(e), e, e.__traceback__)
         _hide_machinery(te, set())
@@ -2382,8 +2397,7 @@ def _run_source(src, fn):
     returns the value of its last expression."""
     if _maybe_magic(src):
         src = _transform(src)
-    _st.cells[fn] = src
-    _register_cells()
+    _add_cell(fn, src)
     body, last = _split_last(src, fn)
     return _run_parts(body, last, fn)
 
@@ -2466,8 +2480,7 @@ def _exec_cell(count, src):
     try:
         if _maybe_magic(src):
             src = _transform(src)
-        _st.cells[fn] = src
-        _register_cells()
+        _add_cell(fn, src)
         hit = _CODE_CACHE.get(src)
         if hit is None:
             body, last = _split_last(src, fn)
