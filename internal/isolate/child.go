@@ -111,17 +111,9 @@ func childAsync(hold bool) (ready func() error, err error) {
 	trace.Mark("stage 1: start")
 	st := os.NewFile(uintptr(cfg.StatusFD), "status")
 	if err = stage1(&cfg); err == nil {
-		// Hardened in place: this process is stage 2 now.
+		// Hardened in place: this process is stage 2 now (finishInPlace
+		// wiped the config from the initial environment).
 		trace.Mark("stage 2: start")
-		// The host-side config (cfg.Rootfs, a host path) is none of the
-		// sandbox's business: wipe it where the kernel keeps the initial
-		// environment (/proc/self/environ), which a re-exec would have
-		// replaced. (Go's own copies are gone with Unsetenv; the heap may
-		// still hold unreferenced copies until reused.)
-		if err := wipeInitialEnv(envKey); err != nil {
-			fmt.Fprintf(st, "error: %v\n", err)
-			os.Exit(1)
-		}
 		if os.Getenv(gcAfterBrokerEnv) != "" {
 			gcNow() // the test's way to find what only a finalizer closes
 		}
@@ -418,6 +410,24 @@ func stage1(cfg *childConfig) error {
 // finishInPlace ends stage 1 hardened in place: it does what the re-exec
 // would have done to the process, so that it goes on as stage 2.
 func finishInPlace(cfg *childConfig) error {
+	// The host-side config (cfg.Rootfs, a host path) is none of the
+	// sandbox's business: wipe it where the kernel keeps the initial
+	// environment (/proc/self/environ), which a re-exec would have
+	// replaced. (Go's own copies are gone with Unsetenv; the heap may
+	// still hold unreferenced copies until reused.) Before the early
+	// start: it needs /proc/self/mem, which the next step closes.
+	if err := wipeInitialEnv(envKey); err != nil {
+		return err
+	}
+	// Not dumpable from here on, for good (no exec follows to change it):
+	// what the early start starts is the sandbox's code, the same user,
+	// and every thread but this one keeps its capabilities until
+	// dropCapabilities below (as the re-exec path, see stage1). Without
+	// this, our /proc files (mem, fd, environ) would be open to it from
+	// the moment this thread drops its last capability.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("not dumpable: %w", err)
+	}
 	// Stage 2's environment as it is now (an early start may change
 	// ours), without the config.
 	env := os.Environ()

@@ -20,6 +20,17 @@ const earlyMemProbe = `for m in /proc/$PPID/mem /proc/$PPID/task/*/mem; do
   if (exec 3<>"$m") 2>/dev/null; then echo "opened $m"; else echo "denied $m"; fi
 done`
 
+// earlyMemLoop tries what earlyMemProbe does, and the fd list and the
+// environment, for 300 ms: through the end of stage 1 and the start of
+// stage 2 (mode "early-mem-async", in place: the same process goes on).
+const earlyMemLoop = `end=$(( $(date +%s%N) + 300000000 ))
+while [ "$(date +%s%N)" -lt "$end" ]; do
+  if (exec 3<>/proc/$PPID/mem) 2>/dev/null; then echo "opened /proc/$PPID/mem"; break; fi
+  if ls /proc/$PPID/fd >/dev/null 2>&1; then echo "listed /proc/$PPID/fd"; break; fi
+  if cat /proc/$PPID/environ >/dev/null 2>&1; then echo "read /proc/$PPID/environ"; break; fi
+done
+echo "probe done"`
+
 // earlyMemStart is the early start of mode "early-mem": it runs the probe
 // and waits for it, so stage 1 is still stage 1 while it tries.
 func earlyMemStart() (string, []*os.File) {
@@ -27,6 +38,18 @@ func earlyMemStart() (string, []*os.File) {
 	cmd.Stdout = os.Stdout
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
+		os.Stdout.WriteString("probe failed: " + err.Error() + "\n")
+	}
+	return "", nil
+}
+
+// earlyMemAsyncStart is the early start of mode "early-mem-async": the
+// probe goes on after it returns (childMain waits for it).
+func earlyMemAsyncStart() (string, []*os.File) {
+	cmd := exec.Command("/bin/sh", "-c", earlyMemLoop)
+	cmd.Stdout = os.Stdout
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
 		os.Stdout.WriteString("probe failed: " + err.Error() + "\n")
 	}
 	return "", nil
@@ -65,4 +88,18 @@ func TestEarlyStartCantReachStage1(t *testing.T) {
 			t.Logf("%s", got)
 		})
 	}
+	// In place no exec follows: the process the early start started must
+	// not reach it later either, while stage 2 goes on.
+	t.Run("in place, later", func(t *testing.T) {
+		if !wantInPlaceHere() {
+			t.Skip("hardening in place needs a runtime that can change every thread (built without cgo)")
+		}
+		p, out := startSandbox(t, Spec{}, "early-mem-async", ReexecEnv+"=0")
+		b, _ := io.ReadAll(out)
+		p.Wait()
+		got := string(b)
+		if !strings.Contains(got, "probe done") || strings.Contains(got, "opened") || strings.Contains(got, "listed") || strings.Contains(got, "read ") {
+			t.Fatalf("the early start's process reached stage 2:\n%s", got)
+		}
+	})
 }

@@ -62,6 +62,9 @@ func TestMain(m *testing.M) {
 	if IsChild() && os.Getenv("ISOLATE_TEST_MODE") == "early-mem" {
 		SetEarlyStart(earlyMemStart)
 	}
+	if IsChild() && os.Getenv("ISOLATE_TEST_MODE") == "early-mem-async" {
+		SetEarlyStart(earlyMemAsyncStart)
+	}
 	if IsChild() {
 		if err := Child(); err != nil {
 			fmt.Fprintln(os.Stderr, "Child:", err)
@@ -79,6 +82,9 @@ func childMain(mode string) int {
 	case "exit7":
 		return 7
 	case "early-mem":
+		return 0
+	case "early-mem-async":
+		time.Sleep(time.Second) // the probe's 300 ms, and its last try
 		return 0
 	case "threads":
 		return runThreadChecks()
