@@ -31,28 +31,23 @@ while [ "$(date +%s%N)" -lt "$end" ]; do
 done
 echo "probe done"`
 
-// earlyMemStart is the early start of mode "early-mem": it runs the probe
-// and waits for it, so stage 1 is still stage 1 while it tries.
-func earlyMemStart() (string, []*os.File) {
-	cmd := exec.Command("/bin/sh", "-c", earlyMemProbe)
-	cmd.Stdout = os.Stdout
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		os.Stdout.WriteString("probe failed: " + err.Error() + "\n")
+// earlyProbe returns an early start that runs script with the test's
+// stdout: mode "early-mem" waits for it, so stage 1 is still stage 1 while
+// it tries; mode "early-mem-async" doesn't (childMain waits for it).
+func earlyProbe(script string, wait bool) func() (string, []*os.File) {
+	return func() (string, []*os.File) {
+		cmd := exec.Command("/bin/sh", "-c", script)
+		cmd.Stdout = os.Stdout
+		cmd.Stderr = os.Stderr
+		run := cmd.Start
+		if wait {
+			run = cmd.Run
+		}
+		if err := run(); err != nil {
+			os.Stdout.WriteString("probe failed: " + err.Error() + "\n")
+		}
+		return "", nil
 	}
-	return "", nil
-}
-
-// earlyMemAsyncStart is the early start of mode "early-mem-async": the
-// probe goes on after it returns (childMain waits for it).
-func earlyMemAsyncStart() (string, []*os.File) {
-	cmd := exec.Command("/bin/sh", "-c", earlyMemLoop)
-	cmd.Stdout = os.Stdout
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		os.Stdout.WriteString("probe failed: " + err.Error() + "\n")
-	}
-	return "", nil
 }
 
 // A process the early start starts is code of the sandbox's (the kernel;

@@ -60,10 +60,10 @@ func TestMain(m *testing.M) {
 		os.Exit(rootHeldChecks(os.Getenv("ISOLATE_TEST_MODE")))
 	}
 	if IsChild() && os.Getenv("ISOLATE_TEST_MODE") == "early-mem" {
-		SetEarlyStart(earlyMemStart)
+		SetEarlyStart(earlyProbe(earlyMemProbe, true))
 	}
 	if IsChild() && os.Getenv("ISOLATE_TEST_MODE") == "early-mem-async" {
-		SetEarlyStart(earlyMemAsyncStart)
+		SetEarlyStart(earlyProbe(earlyMemLoop, false))
 	}
 	if IsChild() {
 		if err := Child(); err != nil {
