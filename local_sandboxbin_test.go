@@ -1,6 +1,7 @@
 package sandboxes_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -57,12 +58,10 @@ func TestLocalSandboxBinary(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("%d records", len(recs))
 	}
-	for role, pid := range map[string]int{"supervisor": recs[0].ShimPid, "agent": recs[0].AgentPid} {
-		exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-		if err != nil || exe != bin {
-			t.Errorf("the %s runs %q (%v), want %s", role, exe, err, bin)
-		}
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(recs[0].ShimPid) + "/exe"); err != nil || exe != bin {
+		t.Errorf("the supervisor runs %q (%v), want %s", exe, err, bin)
 	}
+	runsCopyOf(t, recs[0].AgentPid, bin)
 	if err := sb.Close(); err != nil {
 		t.Error(err)
 	}
@@ -83,8 +82,8 @@ func TestLocalSandboxBinary(t *testing.T) {
 	}
 	if recs := poolRecords(t, rt); len(recs) != 1 {
 		t.Errorf("%d records", len(recs))
-	} else if exe, err := os.Readlink("/proc/" + strconv.Itoa(recs[0].AgentPid) + "/exe"); err != nil || exe != bin {
-		t.Errorf("with LocalConfig.SandboxBinary the agent runs %q (%v), want %s", exe, err, bin)
+	} else {
+		runsCopyOf(t, recs[0].AgentPid, bin)
 	}
 	if err := sb.Close(); err != nil {
 		t.Error(err)
@@ -118,5 +117,28 @@ func TestLocalSandboxBinary(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(rt); len(ents) != 0 {
 		t.Errorf("%d entries left in the runtime directory", len(ents))
+	}
+}
+
+// runsCopyOf checks that pid (a sandbox's agent) runs an execute-only copy
+// of bin (isolate.Spec.ExecOnlyDir), which nothing in the sandbox can read.
+func runsCopyOf(t *testing.T, pid int, bin string) {
+	t.Helper()
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(exe)
+	if err != nil || fi.Mode().Perm() != 0o111 {
+		t.Errorf("the agent runs %s (%v, %v), want an execute-only copy of %s", exe, fi.Mode(), err, bin)
+		return
+	}
+	if os.Geteuid() != 0 {
+		return // only root reads an execute-only file
+	}
+	a, errA := os.ReadFile(exe)
+	b, errB := os.ReadFile(bin)
+	if errA != nil || errB != nil || !bytes.Equal(a, b) {
+		t.Errorf("the agent runs %s, not a copy of %s (%v %v)", exe, bin, errA, errB)
 	}
 }

@@ -222,6 +222,15 @@ func stage2(cfg *childConfig, st *os.File, hold bool) func() error {
 // otherwise it re-executes the binary into stage 2 and returns only on
 // failure.
 func stage1(cfg *childConfig) error {
+	// Executed from an execute-only copy (Spec.ExecOnlyDir), stage 1 starts
+	// not dumpable. It needs to be, until the early start (which makes it
+	// not dumpable again, see there): the root broker's start writes its
+	// child's id maps, which a not-dumpable child (it inherits the flag)
+	// refuses, and in place the config's wipe reads /proc/self/mem. Nothing
+	// of the user's runs in the sandbox before the early start.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("dumpable: %w", err)
+	}
 	// Only the fds Start passed (stdio, the caller's ExtraFiles, the
 	// binary, sync and status) may reach stage 2: any other fd the caller
 	// held without close-on-exec (inherited from whatever started it) would

@@ -188,6 +188,15 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		return nil, fmt.Errorf("isolate: open init binary: %w", err)
 	}
 	defer exe.Close()
+	// What the sandbox executes: the binary, or its execute-only copy
+	// (execonly.go).
+	run := exe
+	if spec.ExecOnlyDir != "" {
+		if run, err = execOnlyCopy(spec.ExecOnlyDir, exe); err != nil {
+			return nil, fmt.Errorf("isolate: execute-only copy of the init binary: %w", err)
+		}
+		defer run.Close()
+	}
 	// The rootfs is validated and opened here (again through the child's
 	// mount namespace below, for the same reason as the binary).
 	var rootfs *os.File
@@ -301,7 +310,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 			Stdout:     spec.Stdout,
 			Stderr:     spec.Stderr,
 			Dir:        "/",
-			ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), exe, syncR, statW),
+			ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), run, syncR, statW),
 			SysProcAttr: &syscall.SysProcAttr{
 				Cloneflags:  flags,
 				UidMappings: uidMap,
@@ -355,8 +364,9 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	// bind must be opened in its own mount namespace (as the rootfs is).
 	exeInChild := -1
 	if cfg.RootUser {
-		if exeInChild, err = reopenFileInChild(p.Pid, exe); err != nil {
+		if exeInChild, err = reopenFileInChild(p.Pid, run); err != nil {
 			exe.Close()
+			run.Close()
 			syncR.Close()
 			statW.Close()
 			p.Kill()
@@ -371,6 +381,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	syncR.Close()
 	statW.Close()
 	exe.Close()
+	run.Close()
 	fail := func(e error) (*Process, error) {
 		if p.TUN != nil {
 			p.TUN.Close()

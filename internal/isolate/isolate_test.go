@@ -72,8 +72,21 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(childMain(os.Getenv("ISOLATE_TEST_MODE")))
 	}
-	os.Exit(m.Run())
+	// The sandboxes startSandbox starts run the test binary from an
+	// execute-only copy, as the local variant's do (Spec.ExecOnlyDir).
+	dir, err := os.MkdirTemp("", "isolate-exec-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	execOnlyTestDir = filepath.Join(dir, "exec")
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+// execOnlyTestDir is startSandbox's Spec.ExecOnlyDir.
+var execOnlyTestDir string
 
 func childMain(mode string) int {
 	switch mode {
@@ -457,6 +470,9 @@ func startSandbox(t *testing.T, spec Spec, mode string, env ...string) (*Process
 	t.Cleanup(func() { r.Close() })
 	spec.Args = []string{"isolate.test"}
 	spec.Env = append([]string{"ISOLATE_TEST_MODE=" + mode}, env...)
+	if spec.ExecOnlyDir == "" {
+		spec.ExecOnlyDir = execOnlyTestDir
+	}
 	spec.Stdout = w
 	var stderr bytes.Buffer
 	spec.Stderr = &stderr

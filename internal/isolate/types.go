@@ -130,6 +130,11 @@ type Spec struct {
 	// The init binary is re-executed inside it: a dynamically linked one
 	// needs a compatible dynamic loader and C library there.
 	Rootfs string
+	// ExecOnlyDir, when set, is a directory of the caller's (made if
+	// missing, 0700) where an execute-only copy of Path is kept: the
+	// sandbox executes that, so that none of its processes running this
+	// binary is ever dumpable (execonly.go). "" executes Path itself.
+	ExecOnlyDir string
 
 	// Resource limits; 0 = unlimited. Enforced through cgroups v1 or v2.
 	// If a limit is set but cannot be enforced, Start fails.

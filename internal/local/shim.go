@@ -67,6 +67,8 @@ type shimSpec struct {
 	// Image, with Restore, is a snapshot's checkpoint to fork: Dir is
 	// then a new sandbox's, with nothing in it yet.
 	Image string `json:"image,omitempty"`
+	// ExecOnlyDir is isolate.Spec's (execOnlyDir).
+	ExecOnlyDir string `json:"exec_only_dir,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent, through a pipe (not the
@@ -198,6 +200,9 @@ func runShim() int {
 		network = isolate.NetworkTUN
 	}
 	ispec := isolate.Spec{
+		// The sandbox runs this binary from an execute-only copy, so that
+		// the agent is never dumpable (isolate's execonly.go).
+		ExecOnlyDir: spec.ExecOnlyDir,
 		// /proc/self/exe still works when the binary was deleted after we
 		// started (go run removes its temporary build).
 		Path:          "/proc/self/exe",
@@ -414,6 +419,17 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	}
 	_ = os.RemoveAll(dir)
 	return 0
+}
+
+// execOnlyDir is where the execute-only copies of sandbox binaries are
+// kept (isolate.Spec.ExecOnlyDir): the caller's cache directory, which
+// outlives the runtime directories tests make by the dozen (a copy per
+// binary, not per runtime directory), else beside the runtime directory.
+func execOnlyDir(rt string) string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "code-sandboxes", "exec")
+	}
+	return rt + "-exec"
 }
 
 // dnsEnv names upstream resolvers ("ip:port,ip:port") for the sandboxes'

@@ -185,6 +185,9 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	if senv.Rootfs == "" {
 		ss.KernelBytecode = kernelBytecodePath(opts.Python)
 	}
+	if isolation == "" {
+		ss.ExecOnlyDir = execOnlyDir(rt)
+	}
 	exe, err := sandboxBinary(ctx, opts.SandboxBinary)
 	if err != nil {
 		os.RemoveAll(dir)
