@@ -223,7 +223,8 @@ func stage2(cfg *childConfig, st *os.File, hold bool) func() error {
 // failure.
 func stage1(cfg *childConfig) error {
 	// Executed from an execute-only copy (Spec.ExecOnlyDir), stage 1 starts
-	// not dumpable. It needs to be, until the early start (which makes it
+	// not dumpable where it can't read the copy (a root caller's: its owner
+	// is not mapped here). It needs to be, until the early start (which makes it
 	// not dumpable again, see there): the root broker's start writes its
 	// child's id maps, which a not-dumpable child (it inherits the flag)
 	// refuses, and in place the config's wipe reads /proc/self/mem. Nothing

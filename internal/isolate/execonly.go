@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,9 +26,9 @@ import (
 // kernel's process (the same user) could open the agent's memory and fds
 // through /proc (TestEarlyStartCantReachStage1/re-exec,_later).
 //
-// The copy is made once per version of the binary (its device, inode, size
-// and modification time) and kept for the next sandboxes; the directory
-// keeps the few most recent. Nobody but the caller can write to it (0700),
+// The copy is made once per version of the binary (its device, inode, size,
+// modification and change times) and kept for the next sandboxes; the
+// directory keeps the two most recently used. Nobody but the caller can write to it (0700),
 // nobody can read it (0111), and the sandbox executes it through a
 // descriptor (/proc/self/fd/N), so the directory's mode doesn't matter to it.
 
@@ -46,25 +48,26 @@ func execOnlyCopy(dir string, src *os.File) (*os.File, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("%s is not a regular file", src.Name())
 	}
-	name := fmt.Sprintf("exe-%x-%x-%x-%x.%x", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec)
-	path := filepath.Join(dir, name)
-	if f, err := openExecOnly(path, st.Size); err == nil {
-		// Most recently used first when pruneExecOnly picks what to keep.
-		now := time.Now()
-		_ = os.Chtimes(path, now, now)
-		return f, nil
-	}
+	// ctime too: a binary rewritten in place keeping its size and mtime
+	// (cp -p, rsync -t --inplace) gets a new copy.
+	name := fmt.Sprintf("exe-%x-%x-%x-%x.%x-%x.%x", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := checkOwnDir(dir); err != nil {
+	d, err := openOwnDir(dir)
+	if err != nil {
 		return nil, err
+	}
+	defer d.Close()
+	if f, err := openExecOnly(d, name, st.Size); err == nil {
+		return f, nil
 	}
 	tmp, err := os.CreateTemp(dir, ".exe-*")
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename: a no-op
+	tmpName := filepath.Base(tmp.Name())
+	defer unix.Unlinkat(int(d.Fd()), tmpName, 0) // once linked: the copy keeps its own name
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		tmp.Close()
 		return nil, err
@@ -77,25 +80,38 @@ func execOnlyCopy(dir string, src *os.File) (*os.File, error) {
 	if err == nil {
 		err = tmp.Chmod(execOnlyMode)
 	}
+	if err == nil {
+		err = tmp.Sync() // never a copy of the right size with lost data after a crash
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		// Atomic: a concurrent Start that made the same copy replaces it
-		// with an identical one.
-		err = os.Rename(tmp.Name(), path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("copy %s to %s: %w", src.Name(), dir, err)
 	}
-	pruneExecOnly(dir, name)
-	return openExecOnly(path, st.Size)
+	// A link, not a rename: a concurrent Start that made the same copy
+	// first keeps its file (which it may be about to bind as sudo, by its
+	// path), and we use that one.
+	err = unix.Linkat(int(d.Fd()), tmpName, int(d.Fd()), name, 0)
+	if errors.Is(err, unix.EEXIST) {
+		if f, oerr := openExecOnly(d, name, st.Size); oerr == nil {
+			return f, nil
+		}
+		// Not a copy of ours (debris, or made by hand): replace it.
+		err = unix.Renameat(int(d.Fd()), tmpName, int(d.Fd()), name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("copy %s to %s: %w", src.Name(), dir, err)
+	}
+	pruneExecOnly(d, name)
+	return openExecOnly(d, name, st.Size)
 }
 
-// openExecOnly opens path (O_PATH: nobody may read it) if it is what
-// execOnlyCopy makes: a regular file of ours, of size size, mode 0111.
-func openExecOnly(path string, size int64) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// openExecOnly opens name in d (O_PATH: nobody may read it) if it is what
+// execOnlyCopy makes: a regular file of ours, of size size, mode 0111. It
+// marks it used now (pruneExecOnly keeps the most recently used).
+func openExecOnly(d *os.File, name string, size int64) (*os.File, error) {
+	fd, err := unix.Openat(int(d.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -106,21 +122,31 @@ func openExecOnly(path string, size int64) (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o7777 != execOnlyMode || st.Size != size || int(st.Uid) != os.Geteuid() {
 		unix.Close(fd)
-		return nil, fmt.Errorf("%s is not an execute-only copy of ours", path)
+		return nil, fmt.Errorf("%s is not an execute-only copy of ours", name)
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	// Through /proc: an O_PATH descriptor takes no futimens.
+	now := unix.NsecToTimespec(time.Now().UnixNano())
+	_ = unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), []unix.Timespec{now, now}, 0)
+	return os.NewFile(uintptr(fd), filepath.Join(d.Name(), name)), nil
 }
 
-// checkOwnDir refuses a directory someone else could put files in.
-func checkOwnDir(dir string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return err
+// openOwnDir opens dir, refusing one that isn't a directory of ours that
+// only we can write to (a link in its place included).
+func openOwnDir(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == nil {
+		var st unix.Stat_t
+		if err = unix.Fstat(fd, &st); err == nil && (int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0) {
+			err = errors.New("not a directory of ours that only we can write to")
+		}
+		if err != nil {
+			unix.Close(fd)
+		}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
-		return fmt.Errorf("%s must be a directory of uid %d that only it can write to", dir, os.Geteuid())
+	if err != nil {
+		return nil, fmt.Errorf("%s must be a directory of uid %d that only it can write to: %w", dir, os.Geteuid(), err)
 	}
-	return nil
+	return os.NewFile(uintptr(fd), dir), nil
 }
 
 // pruneExecOnly removes all but the execOnlyKeep most recent copies (keep
@@ -128,8 +154,8 @@ func checkOwnDir(dir string) error {
 // a minute old. A sandbox running a removed copy keeps running it (the
 // inode lives while executed); only the root user's sudo, bound from the
 // file's path at the start, needs it on disk, for the moment of the start.
-func pruneExecOnly(dir, keep string) {
-	ents, err := os.ReadDir(dir)
+func pruneExecOnly(d *os.File, keep string) {
+	ents, err := os.ReadDir(d.Name())
 	if err != nil {
 		return
 	}
@@ -137,28 +163,35 @@ func pruneExecOnly(dir, keep string) {
 		name string
 		mod  time.Time
 	}
+	// old reports whether name was last used over a minute ago, asked
+	// again right before a removal: the listing may be stale by then (a
+	// Start of another process may have just used it).
+	old := func(name string) bool {
+		var st unix.Stat_t
+		if unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			return false
+		}
+		return time.Since(time.Unix(st.Mtim.Unix())) > time.Minute
+	}
 	var copies []ent
 	for _, e := range ents {
 		info, err := e.Info()
 		if err != nil {
 			continue
 		}
-		switch {
-		case len(e.Name()) > 5 && e.Name()[:5] == ".exe-":
-			if time.Since(info.ModTime()) > time.Minute {
-				_ = os.Remove(filepath.Join(dir, e.Name()))
+		switch n := e.Name(); {
+		case strings.HasPrefix(n, ".exe-"):
+			if old(n) {
+				_ = unix.Unlinkat(int(d.Fd()), n, 0)
 			}
-		case len(e.Name()) > 4 && e.Name()[:4] == "exe-" && e.Name() != keep:
-			copies = append(copies, ent{e.Name(), info.ModTime()})
+		case strings.HasPrefix(n, "exe-") && n != keep:
+			copies = append(copies, ent{n, info.ModTime()})
 		}
 	}
 	sort.Slice(copies, func(i, j int) bool { return copies[i].mod.After(copies[j].mod) })
 	for i, c := range copies {
-		if i+1 >= execOnlyKeep && time.Since(c.mod) > time.Minute {
-			err := os.Remove(filepath.Join(dir, c.name))
-			if err != nil && !errors.Is(err, os.ErrNotExist) {
-				return
-			}
+		if i+1 >= execOnlyKeep && old(c.name) {
+			_ = unix.Unlinkat(int(d.Fd()), c.name, 0)
 		}
 	}
 }

@@ -75,6 +75,42 @@ func TestExecOnlyCopy(t *testing.T) {
 	if d.Ino == c.Ino {
 		t.Fatal("a file that isn't execute-only was used as the copy")
 	}
+	// Starts racing to make the copy of a new version all end up with the
+	// one that stays at its name (the root user's sudo is bound from it
+	// by path).
+	later = later.Add(time.Minute)
+	if err := os.Chtimes(srcPath, later, later); err != nil {
+		t.Fatal(err)
+	}
+	inos := make(chan uint64, 4)
+	for range 4 {
+		go func() {
+			src, err := os.Open(srcPath)
+			if err != nil {
+				inos <- 0
+				return
+			}
+			defer src.Close()
+			f, err := execOnlyCopy(dir, src)
+			if err != nil {
+				inos <- 0
+				return
+			}
+			defer f.Close()
+			var st, at unix.Stat_t
+			if unix.Fstat(int(f.Fd()), &st) != nil || unix.Stat(f.Name(), &at) != nil || at.Ino != st.Ino {
+				inos <- 0
+				return
+			}
+			inos <- st.Ino
+		}()
+	}
+	first := <-inos
+	for range 3 {
+		if ino := <-inos; ino == 0 || ino != first {
+			t.Fatalf("concurrent starts got copies %d and %d (0: not the one at its name)", first, ino)
+		}
+	}
 	// A directory others can write to is refused.
 	loose := filepath.Join(base, "loose")
 	if err := os.Mkdir(loose, 0o777); err != nil {

@@ -193,7 +193,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	run := exe
 	if spec.ExecOnlyDir != "" {
 		if run, err = execOnlyCopy(spec.ExecOnlyDir, exe); err != nil {
-			return nil, fmt.Errorf("isolate: execute-only copy of the init binary: %w", err)
+			return nil, fmt.Errorf("isolate: execute-only copy of the init binary in %s (a directory only this user can write to, on a filesystem that allows exec): %w", spec.ExecOnlyDir, err)
 		}
 		defer run.Close()
 	}

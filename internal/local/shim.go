@@ -421,17 +421,6 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	return 0
 }
 
-// execOnlyDir is where the execute-only copies of sandbox binaries are
-// kept (isolate.Spec.ExecOnlyDir): the caller's cache directory, which
-// outlives the runtime directories tests make by the dozen (a copy per
-// binary, not per runtime directory), else beside the runtime directory.
-func execOnlyDir(rt string) string {
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "code-sandboxes", "exec")
-	}
-	return rt + "-exec"
-}
-
 // dnsEnv names upstream resolvers ("ip:port,ip:port") for the sandboxes'
 // own resolver instead of the host's /etc/resolv.conf ones (tests set it to
 // a resolver with a test zone).

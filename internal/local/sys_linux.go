@@ -1,6 +1,12 @@
 package local
 
-import "syscall"
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // totalRAM is the host's memory in bytes (checkpointBound).
 func totalRAM() (int64, bool) {
@@ -14,4 +20,20 @@ func totalRAM() (int64, bool) {
 // statTimes are st's modification and change times in ns (sandboxbin.go).
 func statTimes(st *syscall.Stat_t) (mtime, ctime int64) {
 	return st.Mtim.Nano(), st.Ctim.Nano()
+}
+
+// execOnlyDir is where the execute-only copies of sandbox binaries are
+// kept (isolate.Spec.ExecOnlyDir): the caller's cache directory, which
+// outlives the runtime directories tests make by the dozen (a copy per
+// binary, not per runtime directory), else beside the runtime directory.
+func execOnlyDir(rt string) string {
+	if d, err := os.UserCacheDir(); err == nil {
+		d = filepath.Join(d, "code-sandboxes", "exec")
+		// Usable: made, and on a filesystem that allows exec.
+		var fs unix.Statfs_t
+		if os.MkdirAll(d, 0o700) == nil && unix.Statfs(d, &fs) == nil && fs.Flags&unix.ST_NOEXEC == 0 {
+			return d
+		}
+	}
+	return rt + "-exec"
 }

@@ -14,3 +14,6 @@ func totalRAM() (int64, bool) { return 0, false }
 func statTimes(st *syscall.Stat_t) (mtime, ctime int64) {
 	return st.Mtimespec.Nano(), st.Ctimespec.Nano()
 }
+
+// execOnlyDir: none (local sandboxes don't start here).
+func execOnlyDir(string) string { return "" }
