@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -41,10 +42,19 @@ func TestCLISandboxBinaryBeside(t *testing.T) {
 			continue
 		}
 		found = true
-		for role, pid := range map[string]int{"supervisor": r.ShimPid, "agent": r.AgentPid} {
-			exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
-			if err != nil || exe != lean {
-				t.Errorf("the %s runs %q (%v), want %s", role, exe, err, lean)
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(r.ShimPid) + "/exe"); err != nil || exe != lean {
+			t.Errorf("the supervisor runs %q (%v), want %s", exe, err, lean)
+		}
+		// The agent runs an execute-only copy of it (isolate.Spec.ExecOnlyDir).
+		exe, err := os.Readlink("/proc/" + strconv.Itoa(r.AgentPid) + "/exe")
+		fi, serr := os.Stat(exe)
+		if err != nil || serr != nil || fi.Mode().Perm() != 0o111 {
+			t.Errorf("the agent runs %q (%v %v), want an execute-only copy of %s", exe, err, serr, lean)
+		} else if os.Geteuid() == 0 {
+			a, errA := os.ReadFile(exe)
+			b, errB := os.ReadFile(lean)
+			if errA != nil || errB != nil || !bytes.Equal(a, b) {
+				t.Errorf("the agent runs %s, not a copy of %s (%v %v)", exe, lean, errA, errB)
 			}
 		}
 	}

@@ -44,30 +44,41 @@ func Pin(key string) (int, error) {
 	full = set
 	// Every thread: the runtime's own (sysmon, idle Ms) as well, since a
 	// goroutine of the hot path may run on any M. A thread that exits
-	// meanwhile is gone (ESRCH) and needs nothing.
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return -1, fmt.Errorf("cpupin: %w", err)
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
+	// meanwhile is gone (ESRCH) and needs nothing. A thread the runtime
+	// starts meanwhile from one not pinned yet has the full set (clone
+	// copies it), so the listing is read again until it shows none new
+	// (CI once saw one missed).
+	done := map[int]bool{}
+	for range 16 {
+		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
-			continue
+			restore(done)
+			return -1, fmt.Errorf("cpupin: %w", err)
 		}
-		if err := unix.SchedSetaffinity(tid, &one); err != nil && err != unix.ESRCH {
-			restore(tasks)
-			return -1, fmt.Errorf("cpupin: thread %d: %w", tid, err)
+		fresh := 0
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || done[tid] {
+				continue
+			}
+			done[tid] = true
+			fresh++
+			if err := unix.SchedSetaffinity(tid, &one); err != nil && err != unix.ESRCH {
+				restore(done)
+				return -1, fmt.Errorf("cpupin: thread %d: %w", tid, err)
+			}
+		}
+		if fresh == 0 {
+			break
 		}
 	}
 	pinned.Store(int64(cpu))
 	return cpu, nil
 }
 
-func restore(tasks []os.DirEntry) {
-	for _, t := range tasks {
-		if tid, err := strconv.Atoi(t.Name()); err == nil {
-			_ = unix.SchedSetaffinity(tid, &full)
-		}
+func restore(tids map[int]bool) {
+	for tid := range tids {
+		_ = unix.SchedSetaffinity(tid, &full)
 	}
 }
 

@@ -25,7 +25,9 @@ func statTimes(st *syscall.Stat_t) (mtime, ctime int64) {
 // execOnlyDir is where the execute-only copies of sandbox binaries are
 // kept (isolate.Spec.ExecOnlyDir): the caller's cache directory, which
 // outlives the runtime directories tests make by the dozen (a copy per
-// binary, not per runtime directory), else beside the runtime directory.
+// binary, not per runtime directory), else (no home, a read-only one, or
+// noexec) the runtime directory's execOnlyDirName, which the caller can
+// write to by definition.
 func execOnlyDir(rt string) string {
 	if d, err := os.UserCacheDir(); err == nil {
 		d = filepath.Join(d, "code-sandboxes", "exec")
@@ -35,5 +37,9 @@ func execOnlyDir(rt string) string {
 			return d
 		}
 	}
-	return rt + "-exec"
+	return filepath.Join(rt, execOnlyDirName)
 }
+
+// execOnlyDirName is execOnlyDir's entry in a runtime directory: a dot
+// name, which no sandbox's directory has (dirName) and sweep leaves alone.
+const execOnlyDirName = ".exec"

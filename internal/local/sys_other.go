@@ -17,3 +17,6 @@ func statTimes(st *syscall.Stat_t) (mtime, ctime int64) {
 
 // execOnlyDir: none (local sandboxes don't start here).
 func execOnlyDir(string) string { return "" }
+
+// execOnlyDirName: see sys_linux.go.
+const execOnlyDirName = ".exec"

@@ -711,7 +711,7 @@ func sweep(rt string) (int, error) {
 	}
 	n := 0
 	for _, e := range ents {
-		if !e.IsDir() {
+		if !e.IsDir() || e.Name() == execOnlyDirName {
 			continue
 		}
 		dir := filepath.Join(rt, e.Name())
