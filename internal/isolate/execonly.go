@@ -28,9 +28,10 @@ import (
 //
 // The copy is made once per version of the binary (its device, inode, size,
 // modification and change times) and kept for the next sandboxes; the
-// directory keeps the two most recently used. Nobody but the caller can write to it (0700),
-// nobody can read it (0111), and the sandbox executes it through a
-// descriptor (/proc/self/fd/N), so the directory's mode doesn't matter to it.
+// directory keeps the two most recently used. Nobody but the caller can
+// write to it (0700), nobody can read it (0111), and the sandbox executes it
+// through a descriptor (/proc/self/fd/N), so the directory's mode doesn't
+// matter to it.
 
 // execOnlyMode is the copy's mode: execute only, for everyone.
 const execOnlyMode = 0o111
