@@ -16,7 +16,10 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
-var traceN = flag.Int("trace", 0, "trace this many cold starts step by step (CODE_SANDBOXES_TRACE), print the median timeline and exit")
+var (
+	traceN     = flag.Int("trace", 0, "trace this many cold starts step by step (CODE_SANDBOXES_TRACE), print the median timeline and exit")
+	traceAlive = flag.Int("trace-alive", 0, "with -trace: first create this many sandboxes (untraced) and keep them alive while tracing, to see which steps grow with the sandboxes alive")
+)
 
 // traceColdStarts creates n sandboxes with tracing on, one after the other,
 // runs 1 + 1 in each, and writes the median time of every step since
@@ -28,6 +31,13 @@ func traceColdStarts(ctx context.Context, w io.Writer, n int) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: filepath.Join(dir, "rt")}}
+	for range *traceAlive {
+		sb, err := sandboxes.Create(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("trace: creating the sandboxes kept alive: %w", err)
+		}
+		defer sb.Close()
+	}
 	at := map[string][]float64{}
 	for i := 0; i < n; i++ {
 		p := filepath.Join(dir, fmt.Sprintf("trace-%d", i))
@@ -68,7 +78,7 @@ func traceColdStarts(ctx context.Context, w io.Writer, n int) error {
 		rows = append(rows, row{k, v[len(v)/2]})
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].med < rows[j].med })
-	fmt.Fprintf(w, "| step (%d cold starts, medians) | at ms | delta ms |\n|---|---|---|\n", n)
+	fmt.Fprintf(w, "| step (%d cold starts, %d other sandboxes alive, medians) | at ms | delta ms |\n|---|---|---|\n", n, *traceAlive)
 	prev := 0.0
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %s | %.2f | %.2f |\n", r.step, r.med, r.med-prev)
