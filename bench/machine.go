@@ -19,10 +19,12 @@ type machine struct {
 	cgroup  string
 	loadavg string
 	goVer   string
+	// memReturn: free page reporting and DAMON (memreturn.go).
+	memReturn memoryReturn
 }
 
 func measureMachine() machine {
-	m := machine{cores: runtime.NumCPU(), goVer: runtime.Version()}
+	m := machine{cores: runtime.NumCPU(), goVer: runtime.Version(), memReturn: snapMemoryReturn()}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -66,7 +68,21 @@ func writeMachine(rep *strings.Builder, before, after machine) {
 	fmt.Fprintf(rep, "| kernel | %s |\n", orUnknown(before.kernel))
 	fmt.Fprintf(rep, "| cgroups | %s |\n", before.cgroup)
 	fmt.Fprintf(rep, "| Go | %s |\n", before.goVer)
+	mr := before.memReturn
+	fmt.Fprintf(rep, "| freed memory back to the host | %s |\n", orNone(mr.reporting, "no free page reporting"))
+	var damon []string
+	for _, k := range mr.damon {
+		damon = append(damon, fmt.Sprintf("kdamond (pid %d): ops %s, actions %s", k.pid, strings.Join(k.ops, "/"), strings.Join(k.actions, "/")))
+	}
+	fmt.Fprintf(rep, "| DAMON | %s |\n", orNone(strings.Join(damon, "; "), "off"))
 	fmt.Fprintf(rep, "| load average (1, 5, 15 min) | before %s, after %s |\n\n", orUnknown(before.loadavg), orUnknown(after.loadavg))
+}
+
+func orNone(s, none string) string {
+	if s == "" {
+		return none
+	}
+	return s
 }
 
 func orUnknown(s string) string {

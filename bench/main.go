@@ -456,7 +456,9 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	// (MemAvailable fell by ~10 MiB per sandbox in earlier runs), touched
 	// 10 MiB at a time and kept, then let go.
 	const controlBlock = 10 << 20
+	memBefore := snapMemoryReturn()
 	control, cerr := touchFresh(*nScale, controlBlock)
+	memStart, started := snapMemoryReturn(), time.Now()
 	fmt.Fprintf(rep, "Create %d sandboxes (their processes: %s) and keep them; create time of each tenth (p50 over its %d), and the CPU each create cost: this process's and the new sandbox's processes' (on-CPU time of their threads when Create returned, from `/proc/PID/task/*/schedstat`), which the rest of the machine's load moves less than wall time (it still moves it: a busy host's caches and a VM's stolen cycles). The host's memory beside: once the sandboxes' own has eaten its free memory, the kernel reclaims page cache (pages scanned), and a create whose binaries' or Python's pages were evicted reads them again. This section runs before the files, variants and templates sections, so that the page cache it starts on is not already full of their files (the 2 GiB one among them): reclaim that early would be the bench's order, not the sandboxes'. Page faults per create (the host's, `pgfault` in `/proc/vmstat`, over the tenth) count the memory a create touches: when they stay flat while CPU per create grows, each fault got dearer, not the work more (on a VM, a guest page the host has not backed, or took back, costs the host's fault inside the guest's page clearing). The control column measures exactly that, and nothing of ours: right before the sandboxes, this process mapped and touched %d blocks of %d MiB (one per sandbox to come, about what each holds), keeping them all, then let them go; each row gives the p50 of its tenth's blocks, at the same memory held as the sandboxes' row. Its memory is freed before the first sandbox starts; how much of it the host keeps backed for them is the hypervisor's choice (free page reporting hands freed guest memory back).\n\n| alive | create p50 | %s | CPU per create p50 | page faults per create | MemAvailable | pages scanned by reclaim | control: %d MiB touched, p50 |\n|---|---|---|---|---|---|---|---|\n", *nScale, procs, step, *nScale, controlBlock>>20, tailName(step), controlBlock>>20)
 	var alive []*sandboxes.Sandbox
 	var window, cpuWindow, all []float64
@@ -494,6 +496,7 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 			window, cpuWindow = nil, nil
 		}
 	}
+	memPeak, createsMs := snapMemoryReturn(), since(started)
 	threads, nprocs := sandboxThreads(rt)
 	byRole := sandboxThreadsByRole(rt)
 	hostThreads, selfThreads := hostTasks(), selfTasks()
@@ -522,6 +525,9 @@ func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	if n := len(control); n >= 10 {
 		first, last := summarize(control[:n/10]).p50, summarize(control[n-n/10:]).p50
 		fmt.Fprintf(rep, " The control's last tenth took %.2f× its first's per %d MiB (the machine alone).", last/max(first, 1e-9), controlBlock>>20)
+	}
+	if d := memStart.describe(memBefore, memPeak, createsMs); d != "" {
+		rep.WriteString(" " + d)
 	}
 	rep.WriteString("\n\n")
 	scaleSamples = all
