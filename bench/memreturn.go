@@ -132,7 +132,9 @@ func (m memoryReturn) describe(control, later memoryReturn, wall float64) string
 	if m.reporting != "" {
 		s := m.reporting
 		if control.reportedKiB >= 0 && m.reportedKiB >= control.reportedKiB && later.reportedKiB >= m.reportedKiB {
-			s += fmt.Sprintf(" (%.1f GiB handed back while the control ran and let its memory go, %.1f GiB while the sandboxes were created)", gib(m.reportedKiB-control.reportedKiB), gib(later.reportedKiB-m.reportedKiB))
+			// Reporting runs behind the frees: what the control let go at
+			// its end is mostly counted in the second figure.
+			s += fmt.Sprintf(" (%.1f GiB handed back before the first sandbox started, %.1f GiB from then until the last was created, the control's freed memory among it)", gib(m.reportedKiB-control.reportedKiB), gib(later.reportedKiB-m.reportedKiB))
 		}
 		parts = append(parts, s)
 	}
