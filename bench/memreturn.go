@@ -17,7 +17,8 @@ import (
 // sandboxes are alive without any of our code doing more; the scale
 // section reports them so its numbers can be read.
 
-const (
+// Variables, so that a test can point them at a tree of its own.
+var (
 	pageReportingDir = "/sys/module/page_reporting/parameters"
 	damonAdminDir    = "/sys/kernel/mm/damon/admin/kdamonds"
 )
