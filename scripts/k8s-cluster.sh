@@ -242,7 +242,16 @@ start() {
   exe=$(readlink -f "$(command -v "$1")")
   NO_PROXY="127.0.0.1,localhost,$NODE_IP${NO_PROXY:+,$NO_PROXY}" no_proxy="127.0.0.1,localhost,$NODE_IP${no_proxy:+,$no_proxy}" \
     setsid "$exe" "${@:2}" </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
-  echo "$! $exe" >"$PIDS/$name.pid"
+  local pid=$! i
+  # Until the fork has exec'd the daemon its /proc/PID/exe is bash's or
+  # setsid's, and pid_of (which checks exe against pid reuse) would call
+  # the daemon dead: wait for the exec (bounded) before anyone looks.
+  for ((i = 0; i < 100; i++)); do
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ] && break
+    alive "$pid" || break
+    sleep 0.05
+  done
+  echo "$pid $exe" >"$PIDS/$name.pid"
 }
 
 # stop NAME [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 10).
