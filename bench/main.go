@@ -830,21 +830,30 @@ func sandboxSched(dir string) (ms, runs float64) {
 	if json.Unmarshal(b, &r) != nil || r.ShimPid <= 0 {
 		return 0, 0
 	}
-	ns := 0.0
 	for _, pid := range tree(r.ShimPid) {
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-		for _, t := range tasks {
-			b, err := os.ReadFile(t)
-			if err != nil {
-				continue
-			}
-			// schedstat: ns on the CPU, ns waiting for it, times run.
-			if f := strings.Fields(string(b)); len(f) > 2 {
-				v, _ := strconv.ParseFloat(f[0], 64)
-				n, _ := strconv.ParseFloat(f[2], 64)
-				ns += v
-				runs += n
-			}
+		m, n := procSched(pid)
+		ms += m
+		runs += n
+	}
+	return ms, runs
+}
+
+// procSched is the on-CPU time (ms) of a process's threads so far and how
+// many times they were scheduled in (a kernel thread: just its own).
+func procSched(pid int) (ms, runs float64) {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	ns := 0.0
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		// schedstat: ns on the CPU, ns waiting for it, times run.
+		if f := strings.Fields(string(b)); len(f) > 2 {
+			v, _ := strconv.ParseFloat(f[0], 64)
+			n, _ := strconv.ParseFloat(f[2], 64)
+			ns += v
+			runs += n
 		}
 	}
 	return ns / 1e6, runs

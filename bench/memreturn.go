@@ -83,22 +83,6 @@ func kdamonds() []kdamond {
 	return out
 }
 
-// taskCPU is a process's threads' on-CPU time so far, in ms (schedstat;
-// a kernel thread has just its own).
-func taskCPU(pid int) float64 {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	ns := 0.0
-	for _, t := range tasks {
-		if b, err := os.ReadFile(t); err == nil {
-			if f := strings.Fields(string(b)); len(f) > 0 {
-				v, _ := strconv.ParseFloat(f[0], 64)
-				ns += v
-			}
-		}
-	}
-	return ns / 1e6
-}
-
 // memoryReturn is a snapshot of both, to diff over a section.
 type memoryReturn struct {
 	reporting   string
@@ -112,7 +96,8 @@ func snapMemoryReturn() memoryReturn {
 	m.reporting, m.reportedKiB = pageReporting()
 	m.damon = kdamonds()
 	for _, k := range m.damon {
-		m.damonCPU += taskCPU(k.pid)
+		ms, _ := procSched(k.pid)
+		m.damonCPU += ms
 	}
 	return m
 }
