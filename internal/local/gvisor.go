@@ -44,6 +44,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -102,8 +103,11 @@ type gvisorSandbox struct {
 	runsc, root, id string
 	// flags are runsc's global flags, the same on every command (runsc
 	// reads its configuration from them each time).
-	flags    []string
+	flags []string
+	// pid is gVisor's sandbox process (the Sentry) and start its start
+	// time, so that a reused pid is never taken for it.
 	pid      int
+	start    uint64
 	tun      *os.File
 	cgroups  []string
 	waitCmd  *exec.Cmd
@@ -148,6 +152,7 @@ func startGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) er
 	if g.pid, err = readPidFile(pidFile, "runsc create"); err != nil {
 		return nil, err
 	}
+	g.start = procStart(g.pid)
 	if r.Network != "none" {
 		// Before start: the agent must never see a network without our
 		// stack behind it.
@@ -533,6 +538,48 @@ func (g *gvisorSandbox) destroy() {
 		g.tun.Close()
 	}
 	_, _ = g.runscBounded(runscShortWait, nil, "delete", "--force", g.id)
+	g.waitSentryGone()
+}
+
+// How long destroy waits for the Sentry to end after runsc delete, and
+// again after killing it itself.
+var (
+	sentryDeleteWait = 3 * time.Second
+	sentryKillWait   = 5 * time.Second
+)
+
+// waitSentryGone returns once gVisor's sandbox process has ended (bounded).
+// runsc delete signals the Sentry but does not wait for it, and the
+// supervisor removes the sandbox's directory right after destroy: without
+// this wait a directory gone would not mean the sandbox is gone (CI saw a
+// Sentry outlive its directory). A Sentry still there after the wait
+// (runsc delete failed or hung) is killed here: it is ours, checked by its
+// start time against a reused pid.
+func (g *gvisorSandbox) waitSentryGone() {
+	if g.pid <= 0 || g.start == 0 {
+		return
+	}
+	if waitProcGone(g.pid, g.start, sentryDeleteWait) {
+		return
+	}
+	_ = syscall.Kill(g.pid, syscall.SIGKILL)
+	waitProcGone(g.pid, g.start, sentryKillWait)
+}
+
+// waitProcGone waits at most d until process pid, started at start, has
+// ended (a zombie has: it runs nothing and holds nothing but its pid).
+func waitProcGone(pid int, start uint64, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		st, ok := procstat.Read(pid)
+		if !ok || st.StartTime != start || st.State == 'Z' || st.State == 'X' {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // cleanupGVisor is cleanupStale's part for a gVisor sandbox whose
@@ -547,9 +594,16 @@ func cleanupGVisor(ctx context.Context, dir string, r *record) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	root := filepath.Join(dir, gvisorDir, "state")
+	// The Sentry as it is now (the record's pid, if gVisor's sandbox
+	// still has it), so that the wait below never takes a reused pid for it.
+	sentry := &gvisorSandbox{}
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(r.AgentPid) + "/cmdline"); err == nil && bytes.HasPrefix(b, []byte("runsc-sandbox")) {
+		sentry.pid, sentry.start = r.AgentPid, procStart(r.AgentPid)
+	}
 	cmd := exec.CommandContext(ctx, runsc, "--root", root, "delete", "--force", "cs-"+dirName(r.ID)[:24])
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	_ = cmd.Run()
+	sentry.waitSentryGone()
 }
 
 // isolationOf validates Spec.Isolation for the local variant.

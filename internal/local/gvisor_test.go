@@ -2,10 +2,14 @@ package local
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
 // The OCI spec a gVisor sandbox gets: nothing to gain through exec, the
@@ -67,5 +71,39 @@ func TestGVisorSpec(t *testing.T) {
 	}
 	if _, err := os.Stat("/etc/resolv.conf"); err == nil && !resolv {
 		t.Error("network all without the stack's resolver in /etc/resolv.conf")
+	}
+}
+
+// destroy returns only once the Sentry is gone: when runsc delete leaves it
+// running (here: a "runsc" that does nothing), destroy kills it itself; a
+// process that merely reuses the pid (another start time) is left alone.
+func TestGVisorDestroyWaitsForSentry(t *testing.T) {
+	defer func(a, b time.Duration) { sentryDeleteWait, sentryKillWait = a, b }(sentryDeleteWait, sentryKillWait)
+	sentryDeleteWait, sentryKillWait = 200*time.Millisecond, 5*time.Second
+	spawn := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	running := func(pid int) bool {
+		st, ok := procstat.Read(pid)
+		return ok && st.State != 'Z'
+	}
+
+	sentry := spawn()
+	g := &gvisorSandbox{runsc: "/bin/true", id: "cs-test", pid: sentry.Process.Pid, start: procStart(sentry.Process.Pid)}
+	g.destroy()
+	if running(sentry.Process.Pid) {
+		t.Fatal("destroy returned with the sandbox process still running")
+	}
+
+	other := spawn()
+	g = &gvisorSandbox{runsc: "/bin/true", id: "cs-test", pid: other.Process.Pid, start: procStart(other.Process.Pid) + 1}
+	g.destroy()
+	if !running(other.Process.Pid) {
+		t.Fatal("destroy killed a process that only has the sandbox's pid")
 	}
 }

@@ -226,6 +226,7 @@ func restoreGVisor(spec shimSpec, logf *os.File, beforeStart func(tun *os.File) 
 	if g.pid, err = readPidFile(pidFile, "runsc restore"); err != nil {
 		return nil, err
 	}
+	g.start = procStart(g.pid)
 	g.cgroups = gvisorCgroups(g.pid)
 	if err := beforeStart(nil); err != nil {
 		return nil, err
