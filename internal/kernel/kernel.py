@@ -168,10 +168,11 @@ def _enc(o):
         return int.__repr__(o)
     if isinstance(o, float):
         return float.__repr__(o) if o == o and o not in (float("inf"), float("-inf")) else "null"
+    # Lists, not generators, for join: it makes a list of them anyway.
     if isinstance(o, dict):
-        return "{" + ",".join(_jstr(str(k)) + ":" + _enc(v) for k, v in o.items()) + "}"
+        return "{" + ",".join([_jstr(str(k)) + ":" + _enc(v) for k, v in o.items()]) + "}"
     if isinstance(o, (list, tuple)):
-        return "[" + ",".join(_enc(v) for v in o) + "]"
+        return "[" + ",".join([_enc(v) for v in o]) + "]"
     return _jstr(repr(o))
 
 
@@ -873,7 +874,8 @@ def _publish(data, md, main, then=None, final=False):
         out[mime] = v
     if size <= _st.max_event:
         try:
-            _send({"t": "display", "main": bool(main), "data": out, "md": md}, then=then, final=final)
+            _send(_Raw('{"t":"display","main":%s,"data":%s,"md":%s}' % ("true" if main else "false", _enc(out), _enc(md))),
+                  then=then, final=final)
             return
         except _TooBig:
             pass
@@ -2517,7 +2519,9 @@ def _cmd_exec(fields):
     try:
         # Tell Go the cell has begun: an interrupt asked for earlier was held
         # back (SIGINT is ignored between cells) and is sent now.
-        _send({"t": "start", "id": cid}, sync=False)
+        # Frames of a fixed shape are written as text: every cell sends
+        # them, and _enc's walk over a dict costs more than the format.
+        _send(_Raw('{"t":"start","id":%d}' % cid), sync=False)
         try:
             if _st.child is not None:
                 # Only the cell sees these: not os.environ, which a child
@@ -2552,7 +2556,7 @@ def _cmd_exec(fields):
     finally:
         _st.busy = False
         _st.pending = False
-    done = {"t": "done", "id": cid, "exit": exit_code}
+    done = _Raw('{"t":"done","id":%d,"exit":%s}' % (cid, "null" if exit_code is None else "%d" % exit_code))
     held, _st.held = _st.held, None
     if held is not None:
         _publish(held[0], held[1], True, then=done, final=True)
