@@ -32,6 +32,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -594,16 +595,33 @@ func cleanupGVisor(ctx context.Context, dir string, r *record) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	root := filepath.Join(dir, gvisorDir, "state")
-	// The Sentry as it is now (the record's pid, if gVisor's sandbox
-	// still has it), so that the wait below never takes a reused pid for it.
+	// The Sentry as it is now: the record's pid, only if that process is
+	// gVisor's sandbox on this very state directory (a paused sandbox's
+	// record keeps a pid long gone, which another sandbox's Sentry may
+	// have been given since: that one is never waited for or killed).
 	sentry := &gvisorSandbox{}
-	if b, err := os.ReadFile("/proc/" + strconv.Itoa(r.AgentPid) + "/cmdline"); err == nil && bytes.HasPrefix(b, []byte("runsc-sandbox")) {
+	if isSentryOf(r.AgentPid, root) {
 		sentry.pid, sentry.start = r.AgentPid, procStart(r.AgentPid)
 	}
 	cmd := exec.CommandContext(ctx, runsc, "--root", root, "delete", "--force", "cs-"+dirName(r.ID)[:24])
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	_ = cmd.Run()
 	sentry.waitSentryGone()
+}
+
+// isSentryOf reports whether pid is gVisor's sandbox process (runsc boot,
+// named runsc-sandbox) started on the state directory root.
+func isSentryOf(pid int, root string) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	// runsc passes its global flags on to the sandbox it boots.
+	return args[0] == "runsc-sandbox" && slices.Contains(args[1:], "--root="+root)
 }
 
 // isolationOf validates Spec.Isolation for the local variant.

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,5 +106,41 @@ func TestGVisorDestroyWaitsForSentry(t *testing.T) {
 	g.destroy()
 	if !running(other.Process.Pid) {
 		t.Fatal("destroy killed a process that only has the sandbox's pid")
+	}
+}
+
+// The sweep waits for (and may kill) a dead supervisor's Sentry by the pid
+// in its record: only a runsc-sandbox booted on that sandbox's own state
+// directory counts, never another sandbox's that got the pid since.
+func TestIsSentryOf(t *testing.T) {
+	fake := func(args ...string) int {
+		// A shell waiting in its read builtin (no child to leave behind),
+		// with the argv of runsc's sandbox.
+		cmd := exec.Command("/bin/sh", append([]string{"-c", "read x"}, args...)...)
+		cmd.Args[0] = "runsc-sandbox"
+		if _, err := cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	mine, other := "/run/cs/a/gvisor/state", "/run/cs/b/gvisor/state"
+	pid := fake("--root="+mine, "boot")
+	deadline := time.Now().Add(10 * time.Second)
+	for !isSentryOf(pid, mine) {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Fatalf("a runsc-sandbox on %s (cmdline %q) is not taken for that sandbox's Sentry", mine, b)
+		}
+		time.Sleep(10 * time.Millisecond) // until exec has replaced the forked child's cmdline
+	}
+	if isSentryOf(pid, other) {
+		t.Error("another sandbox's Sentry is taken for this one's")
+	}
+	if isSentryOf(os.Getpid(), mine) || isSentryOf(0, mine) || isSentryOf(-1, mine) {
+		t.Error("a process that is no Sentry is taken for one")
 	}
 }
