@@ -38,6 +38,28 @@ func readCount(t *testing.T, sb *sandboxes.Sandbox) int {
 	return n
 }
 
+// firstCount waits (at most 20 s) until the counter has written its first
+// value and returns it: under gVisor's ptrace platform on a loaded host
+// (CI: the kubernetes tests' image export beside it) the shell's start and
+// first fork of mv took longer than a fixed 300 ms.
+func firstCount(t *testing.T, sb *sandboxes.Sandbox) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ex := runOut(t, sb, `import os; os.path.exists("/tmp/count")`)
+		if ex.Error != nil {
+			t.Fatalf("looking for the counter: %v", ex.Error)
+		}
+		if strings.TrimSpace(ex.Text()) == "True" {
+			return readCount(t, sb)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the counter wrote nothing in 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // counterAdvances reads the counter, then reads it again until it has gone
 // past that (it ticks every 50 ms) or 10 s have passed; it returns the
 // first and last values read. A bounded wait rather than one fixed sleep:
@@ -46,7 +68,7 @@ func readCount(t *testing.T, sb *sandboxes.Sandbox) int {
 // look then says "stopped" of a counter that runs.
 func counterAdvances(t *testing.T, sb *sandboxes.Sandbox) (first, last int) {
 	t.Helper()
-	first = readCount(t, sb)
+	first = firstCount(t, sb)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		time.Sleep(100 * time.Millisecond)
@@ -80,8 +102,7 @@ func TestLocalGVisorPauseResume(t *testing.T) {
 	if ex := runOut(t, sb, counterCode); ex.Error != nil {
 		t.Fatal(ex.Error)
 	}
-	time.Sleep(300 * time.Millisecond)
-	before := readCount(t, sb)
+	before := firstCount(t, sb)
 	cgroups := sandboxCgroups(t, sb.ID())
 	if len(cgroups) == 0 {
 		t.Fatal("the gVisor sandbox has no cgroup in its record")
