@@ -45,7 +45,6 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
-	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -539,7 +538,7 @@ func (g *gvisorSandbox) destroy() {
 		g.tun.Close()
 	}
 	_, _ = g.runscBounded(runscShortWait, nil, "delete", "--force", g.id)
-	g.waitSentryGone()
+	endSentry(g.pid, g.start)
 }
 
 // How long destroy waits for the Sentry to end after runsc delete, and
@@ -549,38 +548,22 @@ var (
 	sentryKillWait   = 5 * time.Second
 )
 
-// waitSentryGone returns once gVisor's sandbox process has ended (bounded).
-// runsc delete signals the Sentry but does not wait for it, and the
-// supervisor removes the sandbox's directory right after destroy: without
-// this wait a directory gone would not mean the sandbox is gone (CI saw a
-// Sentry outlive its directory). A Sentry still there after the wait
-// (runsc delete failed or hung) is killed here: it is ours, checked by its
-// start time against a reused pid.
-func (g *gvisorSandbox) waitSentryGone() {
-	if g.pid <= 0 || g.start == 0 {
+// endSentry returns once gVisor's sandbox process, pid started at start,
+// has ended (bounded). runsc delete signals the Sentry but does not wait
+// for it, and the supervisor removes the sandbox's directory right after
+// destroy: without this wait a directory gone would not mean the sandbox
+// is gone (CI saw a Sentry outlive its directory). A Sentry still there
+// after the wait (runsc delete failed or hung) is killed here: it is ours,
+// checked by its start time against a reused pid. pid 0: nothing to wait for.
+func endSentry(pid int, start uint64) {
+	if pid <= 0 || start == 0 {
 		return
 	}
-	if waitProcGone(g.pid, g.start, sentryDeleteWait) {
+	if waitEnded(pid, start, time.Now().Add(sentryDeleteWait)) {
 		return
 	}
-	_ = syscall.Kill(g.pid, syscall.SIGKILL)
-	waitProcGone(g.pid, g.start, sentryKillWait)
-}
-
-// waitProcGone waits at most d until process pid, started at start, has
-// ended (a zombie has: it runs nothing and holds nothing but its pid).
-func waitProcGone(pid int, start uint64, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		st, ok := procstat.Read(pid)
-		if !ok || st.StartTime != start || st.State == 'Z' || st.State == 'X' {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	waitEnded(pid, start, time.Now().Add(sentryKillWait))
 }
 
 // cleanupGVisor is cleanupStale's part for a gVisor sandbox whose
@@ -599,14 +582,15 @@ func cleanupGVisor(ctx context.Context, dir string, r *record) {
 	// gVisor's sandbox on this very state directory (a paused sandbox's
 	// record keeps a pid long gone, which another sandbox's Sentry may
 	// have been given since: that one is never waited for or killed).
-	sentry := &gvisorSandbox{}
+	var sentry int
+	var start uint64
 	if isSentryOf(r.AgentPid, root) {
-		sentry.pid, sentry.start = r.AgentPid, procStart(r.AgentPid)
+		sentry, start = r.AgentPid, procStart(r.AgentPid)
 	}
 	cmd := exec.CommandContext(ctx, runsc, "--root", root, "delete", "--force", "cs-"+dirName(r.ID)[:24])
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	_ = cmd.Run()
-	sentry.waitSentryGone()
+	endSentry(sentry, start)
 }
 
 // isSentryOf reports whether pid is gVisor's sandbox process (runsc boot,

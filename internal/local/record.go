@@ -99,6 +99,23 @@ func procStart(pid int) uint64 {
 	return st.StartTime
 }
 
+// waitEnded waits, until deadline, for process pid started at start (its
+// procStart) to be gone: no such process, another one with its pid, or a
+// zombie (its exit is done; whoever started it reaps it). It reports
+// whether it is.
+func waitEnded(pid int, start uint64, deadline time.Time) bool {
+	for {
+		st, ok := procstat.Read(pid)
+		if !ok || st.StartTime != start || st.State == 'Z' || st.State == 'X' {
+			return true
+		}
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // alive reports whether the record's shim is still the process it was.
 func (r *record) alive() bool {
 	if r.ShimPid <= 0 {

@@ -25,7 +25,6 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
-	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
@@ -572,7 +571,7 @@ func killByDir(ctx context.Context, dir string) error {
 			// for that too, so that nothing of the sandbox runs once Kill
 			// (and Close) returned. On a loaded host the exit came after
 			// the directory was gone (TestLocalScaleLeavesNothing saw it).
-			waitExited(r, deadline)
+			waitEnded(r.ShimPid, r.ShimStart, deadline)
 			return nil
 		}
 		select {
@@ -585,19 +584,6 @@ func killByDir(ctx context.Context, dir string) error {
 	_ = syscall.Kill(r.ShimPid, syscall.SIGKILL)
 	cleanupStale(dir, r)
 	return nil
-}
-
-// waitExited waits, until deadline, for the record's supervisor to be
-// gone: no such process, another one with its pid, or a zombie (its exit
-// is done; whoever started it reaps it).
-func waitExited(r *record, deadline time.Time) {
-	for time.Now().Before(deadline) {
-		st, ok := procstat.Read(r.ShimPid)
-		if !ok || st.StartTime != r.ShimStart || st.State == 'Z' || st.State == 'X' {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // cleanupStale removes what a dead supervisor left: the agent if it somehow
