@@ -165,6 +165,43 @@ func TestLocalIdleThreads(t *testing.T) {
 		}
 	}
 	t.Logf("threads: supervisor %d, agent %d", threads(shim), threads(agent))
+	// Named for what they are in ps (they run from a file descriptor,
+	// which would name them "6" or so).
+	for _, p := range []struct{ want, pid string }{{"csb-supervisor", shim}, {"csb-agent", agent}} {
+		b, err := os.ReadFile("/proc/" + p.pid + "/comm")
+		if got := strings.TrimSpace(string(b)); err != nil || got != p.want {
+			t.Errorf("process %s is named %q (%v), want %q", p.pid, got, err, p.want)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return // no root user, no broker
+	}
+	// The root user's broker starts as the agent does, from the same
+	// binary; once something asked for root it runs, named for itself.
+	if ex, err := sb.RunCode(ctx, "import subprocess; subprocess.run(['sudo', 'true'], check=True)"); err != nil || ex.Error != nil {
+		t.Fatalf("sudo true: %v %v", ex, err)
+	}
+	// Children are listed per thread that made them.
+	var kids []string
+	tasks, _ := os.ReadDir("/proc/" + agent + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + agent + "/task/" + task.Name() + "/children")
+		kids = append(kids, strings.Fields(string(b))...)
+	}
+	brokers := 0
+	for _, kid := range kids {
+		cmdline, _ := os.ReadFile("/proc/" + kid + "/cmdline")
+		if !strings.HasPrefix(string(cmdline), "code-sandboxes-root") {
+			continue
+		}
+		brokers++
+		if b, _ := os.ReadFile("/proc/" + kid + "/comm"); strings.TrimSpace(string(b)) != "csb-root" {
+			t.Errorf("the root broker (pid %s) is named %q, want csb-root", kid, strings.TrimSpace(string(b)))
+		}
+	}
+	if brokers != 1 {
+		t.Errorf("%d root brokers among the agent's children (%q), want 1", brokers, kids)
+	}
 }
 
 // TestLocalSupervisorReaped: a supervisor that dies while its creator runs

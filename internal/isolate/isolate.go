@@ -97,6 +97,20 @@ func (p *Process) CgroupDirs() []string {
 // envKey carries the child configuration; its presence marks the child.
 const envKey = "_CODE_SANDBOXES_ISOLATE"
 
+// IsRootBroker reports whether this process is a sandbox's root broker
+// (stages 3 and 4 of a child, which Child runs and never returns from), so
+// that its caller can name it before it gets there.
+func IsRootBroker() bool {
+	raw, ok := os.LookupEnv(envKey)
+	if !ok {
+		return false
+	}
+	var c struct {
+		Stage int `json:"stage"`
+	}
+	return json.Unmarshal([]byte(raw), &c) == nil && (c.Stage == 3 || c.Stage == 4)
+}
+
 // childConfig is passed from Start to Child (JSON in envKey).
 type childConfig struct {
 	Stage    int `json:"stage"` // 1: setup, 2: sandboxed
