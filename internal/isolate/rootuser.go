@@ -431,8 +431,7 @@ func dialRoot() (*net.UnixConn, error) {
 // processExited reports whether pid is gone or a zombie (its
 // /proc/PID/stat, which anyone may read).
 func processExited(pid int) bool {
-	st, ok := procstat.Read(pid)
-	return !ok || st.State == 'Z' || st.State == 'X'
+	return procstat.Ended(pid, 0)
 }
 
 // readBrokerStatus reads, in stage 2, what the broker started by stage 1

@@ -15,6 +15,5 @@ func setPipeSize(*os.File) {}
 
 // processGone reports whether pid has exited: reaped already, or a zombie.
 func processGone(pid int) bool {
-	st, ok := procstat.Read(pid)
-	return !ok || st.State == 'Z' || st.State == 'X'
+	return procstat.Ended(pid, 0)
 }

@@ -102,11 +102,14 @@ func procStart(pid int) uint64 {
 // waitEnded waits, until deadline, for process pid started at start (its
 // procStart) to be gone: no such process, another one with its pid, or a
 // zombie (its exit is done; whoever started it reaps it). It reports
-// whether it is.
+// whether it is. An unknown start (0) counts as ended: it was gone when
+// read, and whatever has the pid now is not it.
 func waitEnded(pid int, start uint64, deadline time.Time) bool {
+	if start == 0 {
+		return true
+	}
 	for {
-		st, ok := procstat.Read(pid)
-		if !ok || st.StartTime != start || st.State == 'Z' || st.State == 'X' {
+		if procstat.Ended(pid, start) {
 			return true
 		}
 		if !time.Now().Before(deadline) {

@@ -48,6 +48,15 @@ func Read(pid int) (Stat, bool) {
 	return st, true
 }
 
+// Ended reports whether process pid has ended: no such process, a zombie
+// (its exit is done; whoever started it reaps it), or, when start is not
+// zero, another process that was given the pid since (its StartTime
+// differs from start, the one read while it ran).
+func Ended(pid int, start uint64) bool {
+	st, ok := Read(pid)
+	return !ok || (start != 0 && st.StartTime != start) || st.State == 'Z' || st.State == 'X'
+}
+
 // OOMScoreUserCode is the oom_score_adj of the processes a sandbox's agent
 // starts (kernels, commands): under the sandbox's memory limit the OOM
 // killer picks them before the agent, whose own score the supervisor lowers
