@@ -8,7 +8,11 @@ import "errors"
 // need Linux anyway.
 func cgroup2Mounted(string) bool { return false }
 
-// touchFresh: the scale section's control, Linux's.
-func touchFresh(n, block int) ([]float64, error) {
-	return nil, errors.New("the fresh-memory control needs Linux")
+// freshMemory: the scale section's control, Linux's.
+type freshMemory struct{}
+
+func (*freshMemory) touch(int) (float64, error) {
+	return 0, errors.New("the fresh-memory control needs Linux")
 }
+
+func (*freshMemory) release() {}

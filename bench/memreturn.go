@@ -111,16 +111,13 @@ func units(n int64) string {
 }
 
 // describe says what happened between m and later (wall ms apart), in a
-// sentence for the report ("" when the machine does neither); control is
-// the snapshot taken before the control ran, to tell its share apart.
-func (m memoryReturn) describe(control, later memoryReturn, wall float64) string {
+// sentence for the report ("" when the machine does neither).
+func (m memoryReturn) describe(later memoryReturn, wall float64) string {
 	var parts []string
 	if m.reporting != "" {
 		s := m.reporting
-		if control.reportedKiB >= 0 && m.reportedKiB >= control.reportedKiB && later.reportedKiB >= m.reportedKiB {
-			// Reporting runs behind the frees: what the control let go at
-			// its end is mostly counted in the second figure.
-			s += fmt.Sprintf(" (%.1f GiB handed back before the first sandbox started, %.1f GiB from then until the last was created, the control's freed memory among it)", gib(m.reportedKiB-control.reportedKiB), gib(later.reportedKiB-m.reportedKiB))
+		if m.reportedKiB >= 0 && later.reportedKiB >= m.reportedKiB {
+			s += fmt.Sprintf(" (%.1f GiB handed back while the sandboxes were created)", gib(later.reportedKiB-m.reportedKiB))
 		}
 		parts = append(parts, s)
 	}
