@@ -135,7 +135,13 @@ func failsClosed(t *testing.T, rt string) {
 // agent's /proc status, via the record).
 func hostUIDOf(t *testing.T, sb *sandboxes.Sandbox) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(local.SandboxDir(runtimeDir(t), sb.ID()), "state.json"))
+	return hostUIDIn(t, runtimeDir(t), sb)
+}
+
+// hostUIDIn is hostUIDOf for a sandbox of runtime directory rt.
+func hostUIDIn(t *testing.T, rt string, sb *sandboxes.Sandbox) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(local.SandboxDir(rt, sb.ID()), "state.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +194,44 @@ func TestLocalHostUIDPerSandbox(t *testing.T) {
 		t.Fatalf("two live sandboxes share host uid %d", uc)
 	}
 	t.Logf("host uids: %d, %d, then %d", ua, ub, hostUIDOf(t, c))
+}
+
+// TestLocalHostUIDAcrossRuntimeDirs: sandboxes of two runtime directories
+// (two callers, a serve beside a library user) never share a host uid:
+// they both got the range's first one when each directory allocated
+// alone, and then shared what the kernel counts per user (CI: one
+// holding every inotify instance of its user left serve's sandbox none).
+func TestLocalHostUIDAcrossRuntimeDirs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("as an ordinary user every sandbox maps to the caller's own uid")
+	}
+	rt1, err := os.MkdirTemp("", "cs-runtime-a-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(rt1)
+	rt2, err := os.MkdirTemp("", "cs-runtime-b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(rt2)
+	a := newLocal(t, func(c *sandboxes.Config) { c.Local.RuntimeDir = rt1 })
+	defer a.Close()
+	b := newLocal(t, func(c *sandboxes.Config) { c.Local.RuntimeDir = rt2 })
+	defer b.Close()
+	ua, ub := hostUIDIn(t, rt1, a), hostUIDIn(t, rt2, b)
+	if ua == ub {
+		t.Fatalf("sandboxes of two runtime directories share host uid %d", ua)
+	}
+	// Nor does either share one with a sandbox of the tests' own directory.
+	c := newLocal(t, nil)
+	if uc := hostUIDOf(t, c); uc == ua || uc == ub {
+		t.Fatalf("host uid %d of the shared runtime directory's sandbox is also %d's or %d's", uc, ua, ub)
+	}
+	t.Logf("host uids: %d, %d, %d", ua, ub, hostUIDOf(t, c))
 }
 
 // pipeEnds is a cell that reports each pipe its process holds: the pipe's

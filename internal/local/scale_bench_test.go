@@ -7,12 +7,15 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 )
 
 // BenchmarkCreateBookkeeping: what a Create pays per sandbox already alive
 // in its runtime directory, for the host uid allocation (as root) and the
 // sweep (now off Create's path), with 1,000 alive.
 func BenchmarkCreateBookkeeping(b *testing.B) {
+	b.Setenv(records.HostUIDRegistryEnv, b.TempDir())
 	rt := b.TempDir()
 	for i := 0; i < 1000; i++ {
 		d := filepath.Join(rt, fmt.Sprintf("d%04d", i))

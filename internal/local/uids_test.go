@@ -5,12 +5,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/records"
 )
 
 // TestAllocHostUIDSeesOthersAndFrees: the per-process cache of allocated
 // uids still sees a uid another process allocated after it was filled, and
 // a uid is free again once its sandbox's directory is gone.
 func TestAllocHostUIDSeesOthersAndFrees(t *testing.T) {
+	// A registry of its own: the host's holds the claims of whatever
+	// sandboxes run beside this test.
+	t.Setenv(records.HostUIDRegistryEnv, t.TempDir())
 	rt := t.TempDir()
 	alloc := func(name string) int {
 		t.Helper()

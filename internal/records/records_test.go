@@ -43,3 +43,59 @@ func TestRoundTripAndBounds(t *testing.T) {
 		t.Fatalf("env: %s", d)
 	}
 }
+
+// TestAllocHostUIDAcrossRuntimeDirs: two runtime directories never hand
+// out the same uid while its sandbox's directory lives (each saw only its
+// own, and both gave out the first); once that directory is gone, its uid
+// is free for the other; a registry that can't be made fails the
+// allocation with what to do, instead of allocating blind.
+func TestAllocHostUIDAcrossRuntimeDirs(t *testing.T) {
+	t.Setenv(HostUIDRegistryEnv, filepath.Join(t.TempDir(), "reg"))
+	r := UIDRange{Base: 5000, Size: 8}
+	rt1, rt2 := t.TempDir(), t.TempDir()
+	alloc := func(rt, name string) int {
+		t.Helper()
+		d := filepath.Join(rt, name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		uid, err := AllocHostUID(rt, d, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uid
+	}
+	if u := alloc(rt1, "a"); u != 5000 {
+		t.Fatalf("first uid %d, want 5000", u)
+	}
+	if u := alloc(rt2, "b"); u != 5001 {
+		t.Fatalf("the second runtime directory got %d, want 5001 (5000 is rt1's)", u)
+	}
+	if err := os.RemoveAll(filepath.Join(rt1, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if u := alloc(rt2, "c"); u != 5000 {
+		t.Fatalf("got %d, want 5000, freed when its sandbox's directory went", u)
+	}
+	if u := alloc(rt1, "d"); u != 5002 {
+		t.Fatalf("got %d, want 5002", u)
+	}
+
+	// The registry's place is a file: no allocation.
+	bad := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(bad, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(HostUIDRegistryEnv, bad)
+	d := filepath.Join(rt1, "e")
+	if err := os.Mkdir(d, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	_, err := AllocHostUID(rt1, d, r)
+	if err == nil || !strings.Contains(err.Error(), HostUIDRegistryEnv) {
+		t.Fatalf("with no registry: %v, want an error naming %s", err, HostUIDRegistryEnv)
+	}
+	if _, ok := ReadHostUID(d, r); ok {
+		t.Error("a uid was recorded without a claim")
+	}
+}

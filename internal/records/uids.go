@@ -99,9 +99,23 @@ func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
 			delete(known, name)
 		}
 	}
+	reg, err := openRegistry()
+	if err != nil {
+		return 0, err
+	}
+	defer reg.Close()
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return 0, fmt.Errorf("host uid allocation: %w", err)
+	}
 	for uid := r.Base; uid < r.Base+r.Size; uid++ {
 		if used[uid] {
 			continue
+		}
+		if claimed, err := claimHostUID(reg.Name(), uid, absDir, r); err != nil {
+			return 0, err
+		} else if !claimed {
+			continue // another runtime directory's sandbox holds it
 		}
 		if err := os.WriteFile(filepath.Join(dir, uidFile), []byte(strconv.Itoa(uid)), 0o600); err != nil {
 			return 0, fmt.Errorf("host uid allocation: %w", err)
@@ -112,6 +126,76 @@ func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
 		return uid, nil
 	}
 	return 0, fmt.Errorf("%w (%d uids from %d)", ErrNoHostUID, r.Size, r.Base)
+}
+
+// HostUIDRegistryEnv names the directory of host-wide claims on host uids
+// (DefaultHostUIDRegistry when unset).
+const HostUIDRegistryEnv = "CODE_SANDBOXES_HOST_UID_REGISTRY"
+
+// DefaultHostUIDRegistry is where host uid claims live. Only root callers
+// allocate host uids, and /run is root's.
+const DefaultHostUIDRegistry = "/run/code-sandboxes/host-uids"
+
+// A runtime directory sees only its own sandboxes, and callers use many
+// (one per user, per test, per serve): with the allocation by runtime
+// directory alone, two sandboxes of two directories both got the range's
+// first uid, and so shared what the kernel counts per user (one holding
+// every inotify instance of its user left none for the other: CI saw
+// serve's sandbox fail beside the hostile suite's). So every allocation
+// also claims its uid in one host-wide registry: a symlink named for the
+// uid, pointing at the sandbox's directory, made under a lock on the
+// registry. A claim holds while that directory records that uid (a paused
+// sandbox's too, whose processes are gone); once the directory is gone
+// (the sandbox ended, or a sweep removed it) the next allocation may take
+// the uid over.
+
+// openRegistry opens (making it if needed) the registry directory and
+// locks it; closing the file unlocks it.
+func openRegistry() (*os.File, error) {
+	path := os.Getenv(HostUIDRegistryEnv)
+	if path == "" {
+		path = DefaultHostUIDRegistry
+	}
+	fix := fmt.Sprintf("(root can make it; or set %s to a directory only root can write)", HostUIDRegistryEnv)
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids: %w %s", err, fix)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids: %w %s", err, fix)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("host uid allocation: locking the registry %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// claimHostUID claims uid for the sandbox directory dir in the registry
+// reg (locked by the caller). It reports false when a live claim of
+// another directory holds it.
+func claimHostUID(reg string, uid int, dir string, r UIDRange) (bool, error) {
+	link := filepath.Join(reg, strconv.Itoa(uid))
+	err := os.Symlink(dir, link)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return false, fmt.Errorf("host uid allocation: claiming %d: %w", uid, err)
+	}
+	if target, rerr := os.Readlink(link); rerr == nil && target != dir {
+		if held, ok := ReadHostUID(target, r); ok && held == uid {
+			return false, nil
+		}
+	}
+	// A stale claim (its directory gone, or holding another uid now).
+	if err := os.Remove(link); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("host uid allocation: releasing a stale claim on %d: %w", uid, err)
+	}
+	if err := os.Symlink(dir, link); err != nil {
+		return false, fmt.Errorf("host uid allocation: claiming %d: %w", uid, err)
+	}
+	return true, nil
 }
 
 // uidCache holds the uids of the runtime directories' sandboxes, by runtime
