@@ -100,10 +100,17 @@ func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
 		}
 	}
 	reg, err := openRegistry()
-	if err != nil {
+	switch {
+	case err == nil:
+		defer reg.Close()
+	case os.Geteuid() == 0:
 		return 0, err
+	default:
+		// Not root (a docker caller): the registry is root's to make, so
+		// this caller's runtime directory is all it can coordinate with,
+		// as before the registry (SECURITY.md, the docker variant).
+		reg = nil
 	}
-	defer reg.Close()
 	absDir, err := filepath.Abs(dir)
 	if err != nil {
 		return 0, fmt.Errorf("host uid allocation: %w", err)
@@ -112,10 +119,12 @@ func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
 		if used[uid] {
 			continue
 		}
-		if claimed, err := claimHostUID(reg.Name(), uid, absDir, r); err != nil {
-			return 0, err
-		} else if !claimed {
-			continue // another runtime directory's sandbox holds it
+		if reg != nil {
+			if claimed, err := claimHostUID(reg.Name(), uid, absDir, r); err != nil {
+				return 0, err
+			} else if !claimed {
+				continue // another runtime directory's sandbox holds it
+			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, uidFile), []byte(strconv.Itoa(uid)), 0o600); err != nil {
 			return 0, fmt.Errorf("host uid allocation: %w", err)
@@ -132,8 +141,10 @@ func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
 // (DefaultHostUIDRegistry when unset).
 const HostUIDRegistryEnv = "CODE_SANDBOXES_HOST_UID_REGISTRY"
 
-// DefaultHostUIDRegistry is where host uid claims live. Only root callers
-// allocate host uids, and /run is root's.
+// DefaultHostUIDRegistry is where host uid claims live: /run is root's.
+// The local variant allocates host uids for root callers only; the docker
+// variant for every caller, and one that is not root and finds no registry
+// it can use coordinates with its own runtime directory only.
 const DefaultHostUIDRegistry = "/run/code-sandboxes/host-uids"
 
 // A runtime directory sees only its own sandboxes, and callers use many
