@@ -106,3 +106,15 @@ func TestAllocHostUIDAcrossRuntimeDirs(t *testing.T) {
 		t.Error("a uid was recorded without a claim")
 	}
 }
+
+// TestHostUIDRegistryOutsideRuntimeDirs: the registry is no runtime
+// directory's entry (root's local one is /run/code-sandboxes: a sweep took
+// the registry for a dead sandbox's directory and removed it).
+func TestHostUIDRegistryOutsideRuntimeDirs(t *testing.T) {
+	for _, name := range []string{"code-sandboxes", "code-sandboxes-docker"} {
+		rt := filepath.Join("/run", name) // root's, as RuntimeDir makes it
+		if rel, err := filepath.Rel(rt, DefaultHostUIDRegistry); err == nil && !strings.HasPrefix(rel, "..") {
+			t.Errorf("the host uid registry %s is inside root's runtime directory %s", DefaultHostUIDRegistry, rt)
+		}
+	}
+}

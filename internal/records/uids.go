@@ -142,10 +142,13 @@ func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
 const HostUIDRegistryEnv = "CODE_SANDBOXES_HOST_UID_REGISTRY"
 
 // DefaultHostUIDRegistry is where host uid claims live: /run is root's.
+// Beside the runtime directories, never in one: root's local runtime
+// directory is /run/code-sandboxes, whose every directory is taken for a
+// sandbox's (a sweep removed the registry when it lived there).
 // The local variant allocates host uids for root callers only; the docker
 // variant for every caller, and one that is not root and finds no registry
 // it can use coordinates with its own runtime directory only.
-const DefaultHostUIDRegistry = "/run/code-sandboxes/host-uids"
+const DefaultHostUIDRegistry = "/run/code-sandboxes-host-uids"
 
 // A runtime directory sees only its own sandboxes, and callers use many
 // (one per user, per test, per serve): with the allocation by runtime
