@@ -416,9 +416,10 @@ func dialRoot() (*net.UnixConn, error) {
 			if pid = readBrokerPid(); pid > 1 {
 				_ = unix.Kill(pid, unix.SIGCONT)
 			}
-		} else if pid > 1 && processExited(pid) {
-			// It exited without listening: no use waiting. (A reused
-			// pid only makes this wait the whole timeout.)
+		} else if pid > 1 && procstat.Ended(pid, 0) {
+			// It exited without listening: no use waiting (its
+			// /proc/PID/stat, which anyone may read, says so). A reused
+			// pid only makes this wait the whole timeout.
 			return nil, fmt.Errorf("the sandbox's root broker exited before it listened (the sandbox's log says why)")
 		}
 		if time.Now().After(deadline) {
@@ -426,12 +427,6 @@ func dialRoot() (*net.UnixConn, error) {
 		}
 		time.Sleep(delay)
 	}
-}
-
-// processExited reports whether pid is gone or a zombie (its
-// /proc/PID/stat, which anyone may read).
-func processExited(pid int) bool {
-	return procstat.Ended(pid, 0)
 }
 
 // readBrokerStatus reads, in stage 2, what the broker started by stage 1
