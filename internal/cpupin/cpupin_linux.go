@@ -76,6 +76,52 @@ func Pin(key string) (int, error) {
 	return cpu, nil
 }
 
+// Away moves process pid (a kernel started before the agent pins itself)
+// off the CPU Pin(key) will choose, to any other this process may use: a
+// best effort, so that python's start-up and the agent's don't share one
+// CPU while another idles. The kernel widens its set again once it has
+// started (its hello says which set: Full).
+func Away(pid int, key string) {
+	var set unix.CPUSet
+	if CPU() >= 0 || unix.SchedGetaffinity(0, &set) != nil {
+		return
+	}
+	var allowed []int
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			allowed = append(allowed, c)
+		}
+	}
+	if len(allowed) < 2 {
+		return
+	}
+	away := set
+	away.Clear(pick(allowed, key))
+	_ = unix.SchedSetaffinity(pid, &away)
+}
+
+// Full lists the CPUs this process had before Pin, or has while it isn't
+// pinned ("0,1,3"; "" if unreadable): a kernel Away moved sets it again
+// once it has started, whether or not Pin went through meanwhile.
+func Full() string {
+	mu.Lock() // Pin sets full and pinned under it
+	set, pinnedNow := full, CPU() >= 0
+	mu.Unlock()
+	if !pinnedNow && unix.SchedGetaffinity(0, &set) != nil {
+		return ""
+	}
+	var b []byte
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			if len(b) > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(c), 10)
+		}
+	}
+	return string(b)
+}
+
 func restore(tids map[int]bool) {
 	for tid := range tids {
 		_ = unix.SchedSetaffinity(tid, &full)

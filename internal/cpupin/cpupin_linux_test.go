@@ -66,9 +66,37 @@ func pinnedChild(t *testing.T) {
 		<-stop
 	}()
 	<-started
+	var whole unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &whole); err != nil {
+		t.Fatal(err)
+	}
+	wholeList := Full()
+	// An early kernel: started before Pin, moved off the CPU Pin will take.
+	early := exec.Command("sleep", "60")
+	if err := early.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { early.Process.Kill(); early.Wait() }()
+	Away(early.Process.Pid, "sandbox-id")
 	cpu, err := Pin("sandbox-id")
 	if err != nil || cpu < 0 || CPU() != cpu {
 		t.Fatalf("Pin: %d, %v (CPU() %d)", cpu, err, CPU())
+	}
+	var away unix.CPUSet
+	if err := unix.SchedGetaffinity(early.Process.Pid, &away); err != nil {
+		t.Fatal(err)
+	}
+	if away.IsSet(cpu) || away.Count() != whole.Count()-1 {
+		t.Errorf("Away left the early process %d of %d CPUs, including the pinned %d: %v", away.Count(), whole.Count(), cpu, away.IsSet(cpu))
+	}
+	// What the kernel is told to take back: the whole set, not the pin.
+	if got := Full(); got != wholeList || strings.Count(got, ",") != whole.Count()-1 {
+		t.Errorf("Full after Pin: %q, before: %q (%d CPUs)", got, wholeList, whole.Count())
+	}
+	Away(early.Process.Pid, "another") // pinned by now: does nothing
+	var now unix.CPUSet
+	if err := unix.SchedGetaffinity(early.Process.Pid, &now); err != nil || now != away {
+		t.Errorf("Away after Pin moved the process: %v", err)
 	}
 	if again, err := Pin("another"); again != cpu || err != nil {
 		t.Fatalf("a second Pin moved the process: %d, %v", again, err)

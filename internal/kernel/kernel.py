@@ -2662,6 +2662,14 @@ def _main():
     _st.go_marks = len(hello) > 5 and hello[5] == b"1"
     if len(hello) > 6 and hello[6].isdigit() and hasattr(os, "sched_setaffinity"):
         _st.wait_cpus = {int(hello[6])}
+    if len(hello) > 7 and hello[7] and hasattr(os, "sched_setaffinity"):
+        # Started away from the agent's CPU (an early kernel: python's
+        # start-up and the agent's ran side by side): user code gets the
+        # agent's whole set back.
+        try:
+            os.sched_setaffinity(0, {int(c) for c in hello[7].split(b",")})
+        except (OSError, ValueError, OverflowError):  # a cpuset shrank meanwhile
+            pass
     if lang != "python":
         _st.child = _Child(lang)
     # The user's namespace is a fresh __main__ module, not the kernel's globals.

@@ -402,10 +402,12 @@ func startKernel(o *Options) (*kproc, error) {
 		goMarks = "1"
 	}
 	// The kernel waits for commands on the agent's CPU (cpupin; -1: it
-	// doesn't pin).
+	// doesn't pin), and runs user code on the agent's set from before it
+	// pinned itself: an early kernel started away from the agent's CPU
+	// (cpupin.Away) takes that set back ("": leave the set as it is).
 	cpu := strconv.Itoa(cpupin.CPU())
 	// The hello frame fits in the pipe buffer: no need to wait for Python.
-	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language()), []byte(goMarks), []byte(cpu)))
+	k.write(encodeCommand([]byte("hello"), token, []byte(strconv.Itoa(o.maxEvent())), []byte(strconv.Itoa(o.maxEvent()+frameSlack)), []byte(o.language()), []byte(goMarks), []byte(cpu), []byte(cpupin.Full())))
 	go func() {
 		k.waitErr = sp.proc.wait()
 		close(k.exited)

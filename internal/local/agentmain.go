@@ -211,6 +211,9 @@ func startKernelEarly() (string, []*os.File) {
 	es.Tools = agent.NewToolsSocketPath()
 	opts := agent.DefaultKernelOptions(agent.Config{Python: cfg.Python, Workdir: cfg.Workdir, Env: cfg.Env}, es.Tools)
 	e, err := kernel.SpawnEarly(opts)
+	if err == nil {
+		cpupin.Away(e.Pid(), cfg.ID)
+	}
 	if err != nil {
 		// The agent's own start will fail the same way and say so.
 		es.Tools = ""
