@@ -29,12 +29,7 @@ func Pin(key string) (int, error) {
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return -1, fmt.Errorf("cpupin: %w", err)
 	}
-	var allowed []int
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			allowed = append(allowed, c)
-		}
-	}
+	allowed := cpusOf(&set)
 	if len(allowed) < 2 {
 		return -1, nil
 	}
@@ -86,12 +81,7 @@ func Away(pid int, key string) {
 	if CPU() >= 0 || unix.SchedGetaffinity(0, &set) != nil {
 		return
 	}
-	var allowed []int
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			allowed = append(allowed, c)
-		}
-	}
+	allowed := cpusOf(&set)
 	if len(allowed) < 2 {
 		return
 	}
@@ -111,15 +101,24 @@ func Full() string {
 		return ""
 	}
 	var b []byte
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			if len(b) > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(c), 10)
+	for _, c := range cpusOf(&set) {
+		if len(b) > 0 {
+			b = append(b, ',')
 		}
+		b = strconv.AppendInt(b, int64(c), 10)
 	}
 	return string(b)
+}
+
+// cpusOf lists the CPUs in set, lowest first.
+func cpusOf(set *unix.CPUSet) []int {
+	var cpus []int
+	for c := range len(set) * 64 {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus
 }
 
 func restore(tids map[int]bool) {
