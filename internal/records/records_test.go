@@ -3,8 +3,12 @@ package records
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRoundTripAndBounds(t *testing.T) {
@@ -51,7 +55,10 @@ func TestRoundTripAndBounds(t *testing.T) {
 // the allocation with what to do, instead of allocating blind.
 func TestAllocHostUIDAcrossRuntimeDirs(t *testing.T) {
 	t.Setenv(HostUIDRegistryEnv, filepath.Join(t.TempDir(), "reg"))
-	r := UIDRange{Base: 5000, Size: 8}
+	r := UIDRange{Base: 4992, Size: 16}
+	if os.Geteuid() == 0 {
+		r.Base = 5000 // root allocates from the range's lower half
+	}
 	rt1, rt2 := t.TempDir(), t.TempDir()
 	alloc := func(rt, name string) int {
 		t.Helper()
@@ -116,5 +123,147 @@ func TestHostUIDRegistryOutsideRuntimeDirs(t *testing.T) {
 		if rel, err := filepath.Rel(rt, DefaultHostUIDRegistry); err == nil && !strings.HasPrefix(rel, "..") {
 			t.Errorf("the host uid registry %s is inside root's runtime directory %s", DefaultHostUIDRegistry, rt)
 		}
+	}
+}
+
+// A claim's directory may be gone and its path made again by anyone (a
+// runtime directory under /tmp): what is found there in place of the
+// record -- a FIFO, a link to an endless file, another user's file -- is a
+// stale claim, taken over at once, never a read that blocks or has no end.
+func TestHostUIDStaleClaimsCantStall(t *testing.T) {
+	reg := filepath.Join(t.TempDir(), "reg")
+	t.Setenv(HostUIDRegistryEnv, reg)
+	r := UIDRange{Base: 7000, Size: 16}
+	lo := r.forCaller(os.Geteuid()).Base
+	if err := os.Mkdir(reg, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	gone := t.TempDir()
+	plant := func(uid int, name string, make func(record string) error) {
+		t.Helper()
+		d := filepath.Join(gone, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := make(filepath.Join(d, uidFile)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(d, filepath.Join(reg, strconv.Itoa(uid))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant(lo, "fifo", func(p string) error { return unix.Mkfifo(p, 0o644) })
+	plant(lo+1, "zero", func(p string) error { return os.Symlink("/dev/zero", p) })
+	if os.Geteuid() == 0 {
+		plant(lo+2, "foreign", func(p string) error {
+			if err := os.WriteFile(p, []byte(strconv.Itoa(lo+2)), 0o644); err != nil {
+				return err
+			}
+			return os.Chown(p, 65534, 65534)
+		})
+	}
+	rt := t.TempDir()
+	for i := range 3 {
+		if i == 2 && os.Geteuid() != 0 {
+			break
+		}
+		d := filepath.Join(rt, strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			uid int
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			uid, err := AllocHostUID(rt, d, r)
+			done <- result{uid, err}
+		}()
+		select {
+		case res := <-done:
+			if res.err != nil || res.uid != lo+i {
+				t.Fatalf("allocation %d: %d, %v; want %d (its claim is stale)", i, res.uid, res.err, lo+i)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("allocation %d still waits after 10 s: a planted record stalled it", i)
+		}
+	}
+}
+
+// The registry must be the caller's alone: one others may write in lets
+// them remove live claims (two sandboxes would share a uid), one they may
+// open lets them hold its lock. Root refuses it and says what to do; a
+// caller that is not root never uses it (its own runtime directory and the
+// upper half of the range, as with no registry).
+func TestHostUIDRegistryMustBeOwn(t *testing.T) {
+	r := UIDRange{Base: 9000, Size: 16}
+	cases := map[string]func(reg string) error{
+		"mode 0777": func(reg string) error { return os.Chmod(reg, 0o777) },
+		"mode 0755": func(reg string) error { return os.Chmod(reg, 0o755) },
+	}
+	if os.Geteuid() == 0 {
+		cases["another user's"] = func(reg string) error { return os.Chown(reg, 65534, 65534) }
+	}
+	for name, spoil := range cases {
+		t.Run(name, func(t *testing.T) {
+			reg := filepath.Join(t.TempDir(), "reg")
+			if err := os.Mkdir(reg, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := spoil(reg); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(HostUIDRegistryEnv, reg)
+			rt := t.TempDir()
+			d := filepath.Join(rt, "s")
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			uid, err := AllocHostUID(rt, d, r)
+			if os.Geteuid() == 0 {
+				if err == nil || !strings.Contains(err.Error(), "chmod 700") {
+					t.Fatalf("root used a registry that is %s: uid %d, %v", name, uid, err)
+				}
+				return
+			}
+			if err != nil || uid != r.forCaller(os.Geteuid()).Base {
+				t.Fatalf("not root: %d, %v", uid, err)
+			}
+			if ents, _ := os.ReadDir(reg); len(ents) != 0 {
+				t.Fatalf("a claim was made in a registry that is %s", name)
+			}
+		})
+	}
+	// Through a symlink: refused too (root), whatever it points at.
+	if os.Geteuid() == 0 {
+		good := filepath.Join(t.TempDir(), "good")
+		if err := os.Mkdir(good, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(t.TempDir(), "link")
+		if err := os.Symlink(good, link); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(HostUIDRegistryEnv, link)
+		rt := t.TempDir()
+		d := filepath.Join(rt, "s")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if uid, err := AllocHostUID(rt, d, r); err == nil {
+			t.Fatalf("root used a registry reached through a symlink: uid %d", uid)
+		}
+	}
+}
+
+// Root's sandboxes and those of callers that are not root come from two
+// halves of a range, so the two never share a uid (only root can use the
+// host-wide registry).
+func TestHostUIDHalvesByCaller(t *testing.T) {
+	r := DockerUIDs
+	root, other := r.forCaller(0), r.forCaller(1000)
+	if root.Base != r.Base || other.Base != root.Base+root.Size || other.Base+other.Size != r.Base+r.Size {
+		t.Fatalf("halves %+v and %+v of %+v", root, other, r)
 	}
 }

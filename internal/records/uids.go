@@ -40,15 +40,30 @@ var (
 // uidFile is the allocation's record in a sandbox's directory.
 const uidFile = "hostuid"
 
+// forCaller is the part of r a caller of euid allocates from: root the
+// lower half, anyone else the upper one. Only root can use the host-wide
+// registry in /run (openRegistry); a caller that is not root coordinates
+// with its own runtime directory (or a registry of its own), so without the
+// split its sandboxes could be handed the uids of root's.
+func (r UIDRange) forCaller(euid int) UIDRange {
+	half := r.Size / 2
+	if euid == 0 {
+		return UIDRange{Base: r.Base, Size: half}
+	}
+	return UIDRange{Base: r.Base + half, Size: r.Size - half}
+}
+
 // Contains reports whether uid belongs to r.
 func (r UIDRange) Contains(uid int) bool { return uid >= r.Base && uid < r.Base+r.Size }
 
-// AllocHostUID picks the lowest uid of r that no sandbox directory of rt
-// holds, and records it in dir (the new sandbox's directory, in rt). The
+// AllocHostUID picks the lowest uid of the caller's part of r (forCaller)
+// that no sandbox directory of rt (nor, for root, of any other runtime
+// directory: the registry) holds, and records it in dir (the new sandbox's directory, in rt). The
 // record is a file in the sandbox's directory, written under a lock on rt:
 // it survives restarts of the creating process, and it is freed when the
 // directory goes (when the sandbox ends, or a sweep after a crash).
 func AllocHostUID(rt, dir string, r UIDRange) (int, error) {
+	r = r.forCaller(os.Geteuid())
 	// The lock is the runtime directory itself (flock on its fd): no file
 	// of ours lies around in it.
 	lf, err := os.Open(rt)
@@ -174,10 +189,25 @@ func openRegistry() (*os.File, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids: %w %s", err, fix)
 	}
-	f, err := os.Open(path)
+	// Not through a symlink, and this user's alone: anyone who could write
+	// in it could remove a live claim (two sandboxes would share a uid), and
+	// anyone who could open it could hold its lock and stall every
+	// allocation.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids: %w %s", err, fix)
+		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids %s: %w %s", path, err, fix)
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids %s: %w", path, err)
+	}
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o077 != 0 {
+		unix.Close(fd)
+		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids %s is owned by uid %d with mode %#o: it must be uid %d's alone (chown %d %s; chmod 700 %s)",
+			path, st.Uid, st.Mode&0o7777, os.Geteuid(), os.Geteuid(), path, path)
+	}
+	f := os.NewFile(uintptr(fd), path)
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("host uid allocation: locking the registry %s: %w", path, err)
@@ -220,12 +250,29 @@ var uidCache = struct {
 }{m: map[string]map[string]int{}}
 
 // ReadHostUID returns the host uid recorded in a sandbox's directory, if
-// it holds one of r.
+// it holds one of r. Only a regular file of this process's own user counts,
+// read without following a symlink or waiting: a claim in the registry may
+// point at a directory that is gone, whose path anyone may have made again
+// since (a runtime directory under /tmp), with a FIFO, a link to /dev/zero
+// or another user's file where the record was.
 func ReadHostUID(dir string, r UIDRange) (int, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, uidFile))
-	if err != nil || len(b) > 32 {
+	fd, err := unix.Open(filepath.Join(dir, uidFile), unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return 0, false
 	}
-	uid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() || st.Size > maxUIDRecord {
+		return 0, false
+	}
+	var b [maxUIDRecord + 1]byte
+	n, err := unix.Read(fd, b[:])
+	if err != nil || n > maxUIDRecord {
+		return 0, false
+	}
+	uid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
 	return uid, err == nil && r.Contains(uid)
 }
+
+// maxUIDRecord bounds a hostuid file (a decimal uid).
+const maxUIDRecord = 32
