@@ -15,7 +15,7 @@ import (
 func TestAllocHostUIDSeesOthersAndFrees(t *testing.T) {
 	// A registry of its own: the host's holds the claims of whatever
 	// sandboxes run beside this test.
-	t.Setenv(records.HostUIDRegistryEnv, t.TempDir())
+	t.Setenv(records.HostUIDRegistryEnv, filepath.Join(t.TempDir(), "reg")) // made 0700: the registry must be ours alone
 	rt := t.TempDir()
 	alloc := func(name string) int {
 		t.Helper()
