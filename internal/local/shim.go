@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -172,6 +173,11 @@ func runShim() int {
 			return 1
 		}
 	}
+	// From here on a stop signal (a Create that gave up: cancelled, or
+	// timed out waiting for the report) is kept, not fatal: a sandbox
+	// started meanwhile is ended and cleaned up by supervise, which reads
+	// it first thing, instead of left running with nobody knowing of it.
+	stopSignals()
 	if spec.Record.Isolation == IsolationGVisor {
 		return runGVisorShim(spec, report, fail)
 	}
@@ -273,6 +279,12 @@ func runShim() int {
 	if err != nil {
 		return fail(err)
 	}
+	if p := os.Getenv(ShimStallEnv); p != "" {
+		// A test's (TestLocalGivenUpCreateEndsItsSandbox): the sandbox
+		// runs, and its Create gives up before it is reported.
+		_ = os.WriteFile(p, []byte(strconv.Itoa(proc.Pid)), 0o600)
+		time.Sleep(shimStall)
+	}
 	// The agent is the OOM killer's last choice (set before its children
 	// exist: they inherit it, and the agent raises theirs). Lowering a score
 	// needs CAP_SYS_RESOURCE; without it the agent keeps 0, still below its
@@ -339,8 +351,7 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 		_ = syscall.Dup2(int(devnull.Fd()), 2)
 	}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	sigs := stopSignals()
 	pp, _ := proc.(pausable)
 	if pp != nil {
 		pp.handlePause(dir)
@@ -420,6 +431,22 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	_ = os.RemoveAll(dir)
 	return 0
 }
+
+// ShimStallEnv, a file's path in the environment of the program that
+// creates local sandboxes, makes a supervisor write its sandbox's agent pid
+// there once the sandbox runs and wait shimStall before it records and
+// reports it (a test's way to give up a Create in that moment).
+const ShimStallEnv = "CODE_SANDBOXES_TEST_SHIM_STALL"
+
+const shimStall = 3 * time.Second
+
+// stopSignals is where the supervisor hears SIGTERM, SIGINT and SIGHUP,
+// from the first call on (runShim's, before the sandbox starts).
+var stopSignals = sync.OnceValue(func() chan os.Signal {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	return c
+})
 
 // dnsEnv names upstream resolvers ("ip:port,ip:port") for the sandboxes'
 // own resolver instead of the host's /etc/resolv.conf ones (tests set it to

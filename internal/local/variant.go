@@ -245,7 +245,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		afterCreate(exe, env, spare != nil)
 	}
 	if err != nil || !rep.OK {
-		_ = cmd.Process.Kill()
+		stopSupervisor(cmd)
 		os.RemoveAll(dir)
 		if err == nil {
 			err = errors.New(rep.Error)
@@ -327,13 +327,40 @@ func execShim(exe, arg string, env []string, files []*os.File) (*exec.Cmd, error
 
 func minimalHostEnv() []string {
 	var out []string
-	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env, stateDirEnv, checkpointTimeoutEnv, EarlyKernelEnv, ReexecEnv} {
+	for _, k := range []string{"PATH", "HOME", "XDG_RUNTIME_DIR", "CODE_SANDBOXES_RUNTIME_DIR", dnsEnv, trace.Env, stateDirEnv, checkpointTimeoutEnv, EarlyKernelEnv, ReexecEnv, ShimStallEnv} {
 		if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
 	}
 	return out
 }
+
+// stopSupervisor ends a supervisor whose Create failed or gave up (its
+// context cancelled, no report in time). SIGTERM first: it may have started
+// the sandbox already, which only it knows of, and it ends and cleans that
+// up (it keeps a stop signal from before the sandbox's start). A
+// supervisor still there after stopGrace is hung: SIGKILL. In the
+// background: the caller's error doesn't wait.
+func stopSupervisor(cmd *exec.Cmd) {
+	if cmd.Process.Signal(syscall.SIGTERM) != nil {
+		return // gone already
+	}
+	go func() {
+		// The wait is reapLater's: poll for the end instead (Process
+		// signals through a pidfd, so a reused pid is never hit).
+		for range int(stopGrace / (20 * time.Millisecond)) {
+			if cmd.Process.Signal(syscall.Signal(0)) != nil {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_ = cmd.Process.Kill()
+	}()
+}
+
+// stopGrace is how long a supervisor told to stop may take to end the
+// sandbox it started before it is killed.
+const stopGrace = 10 * time.Second
 
 func readReport(ctx context.Context, r io.Reader) (shimReport, error) {
 	type res struct {

@@ -1,0 +1,78 @@
+//go:build linux
+
+package sandboxes_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
+)
+
+// A Create that gives up (its context ends: a client of serve hung up)
+// after the supervisor started the sandbox but before it reported leaves
+// nothing running. The supervisor was killed outright, and the sandbox it
+// had started ran on with its directory and record gone: no list, sweep or
+// kill could find it, and its host uid went to the next sandbox.
+func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	pidFile := filepath.Join(t.TempDir(), "agent.pid")
+	t.Setenv(local.ShimStallEnv, pidFile)
+	// A runtime directory of its own (a short path: the sandbox's sockets
+	// live in it), so that the list below sees this Create's sandbox only.
+	rt, err := os.MkdirTemp("", "cs-givenup-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rt) })
+	cfg := localConfig(t)
+	cfg.Local.RuntimeDir = rt
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	sb, err := sandboxes.Create(ctx, cfg)
+	if err == nil {
+		sb.Close()
+		t.Fatal("Create returned a sandbox after its context ended")
+	}
+	b, rerr := os.ReadFile(pidFile)
+	pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+	if rerr != nil || perr != nil {
+		t.Fatalf("the supervisor never started the sandbox (%v, %v): Create's error was %v", rerr, perr, err)
+	}
+	st, ok := procstat.Read(pid)
+	if !ok {
+		t.Fatalf("the sandbox's agent %d was gone before the check", pid)
+	}
+	t.Cleanup(func() {
+		if !procstat.Ended(pid, st.StartTime) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !procstat.Ended(pid, st.StartTime) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent %d of a sandbox whose Create gave up (%v) still runs 30 s later", pid, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Nor is anything of it listed.
+	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer lcancel()
+	infos, err := sandboxes.List(lctx, cfg, sandboxes.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		t.Errorf("listed after its Create gave up: %+v", in)
+	}
+}
