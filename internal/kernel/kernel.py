@@ -2666,10 +2666,18 @@ def _main():
         # Started away from the agent's CPU (an early kernel: python's
         # start-up and the agent's ran side by side): user code gets the
         # agent's whole set back.
+        # Every thread: one a .pth file or sitecustomize started has the
+        # narrowed set too.
         try:
-            os.sched_setaffinity(0, {int(c) for c in hello[7].split(b",")})
-        except (OSError, ValueError, OverflowError):  # a cpuset shrank meanwhile
-            pass
+            cpus = {int(c) for c in hello[7].split(b",")}
+            tids = os.listdir("/proc/self/task")
+        except (OSError, ValueError):
+            cpus, tids = None, ()
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except (OSError, ValueError, OverflowError):  # gone, or a cpuset shrank meanwhile
+                pass
     if lang != "python":
         _st.child = _Child(lang)
     # The user's namespace is a fresh __main__ module, not the kernel's globals.
