@@ -37,8 +37,18 @@ func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(rt) })
 	cfg := localConfig(t)
 	cfg.Local.RuntimeDir = rt
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	// Given up the moment the sandbox runs (the supervisor then waits 3 s
+	// before it records and reports it).
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		defer cancel()
+		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(pidFile); err == nil {
+				return
+			}
+		}
+	}()
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err == nil {
 		sb.Close()
@@ -62,6 +72,24 @@ func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
 	for !procstat.Ended(pid, st.StartTime) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the agent %d of a sandbox whose Create gave up (%v) still runs 30 s later", pid, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Its directory (which holds its host uid's claim) goes too, once
+	// its supervisor has ended it.
+	for {
+		ents, _ := os.ReadDir(rt)
+		var left []string
+		for _, e := range ents {
+			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") { // not .exec, the binaries' execute-only copies
+				left = append(left, e.Name())
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left in the runtime directory: %v", left)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

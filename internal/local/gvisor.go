@@ -27,6 +27,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -267,6 +268,9 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 			return fail(err)
 		}
 		defer lock.Close()
+	}
+	if stopRequested() {
+		return fail(errors.New("its Create gave up before the sandbox started"))
 	}
 	g, err := start(spec, logf, func(tun *os.File) error {
 		if tun == nil {

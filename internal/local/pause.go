@@ -398,14 +398,21 @@ func startShim(ctx context.Context, exe string, ss shimSpec) error {
 	}
 	rep, err := readReport(ctx, readyR)
 	if err != nil || !rep.OK {
-		_ = cmd.Process.Kill()
+		// A fork: its supervisor may have restored the sandbox already
+		// (launch's stopSupervisor says why not to kill it outright); a
+		// restore may take up to its checkpoint bound.
+		stopSupervisor(cmd, ss.Dir, max(stopGrace, checkpointBound(ss.Record.Memory)))
 		if err == nil {
 			err = errors.New(rep.Error)
 		}
-		return err
+		return fmt.Errorf("%w: %w", errSupervisorStopping, err)
 	}
 	return nil
 }
+
+// errSupervisorStopping: startShim's supervisor failed or was given up and
+// is being stopped; it removes the sandbox's directory once it is gone.
+var errSupervisorStopping = errors.New("the sandbox supervisor is being stopped")
 
 // Pauser is implemented by handles whose sandbox can pause.
 var _ driver.Pauser = (*instance)(nil)

@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -266,6 +267,9 @@ func runShim() int {
 		ispec.ExtraFiles = append(ispec.ExtraFiles, tf)
 		ispec.Env = append(ispec.Env, trace.FDEnv+"="+strconv.Itoa(2+len(ispec.ExtraFiles)))
 	}
+	if stopRequested() {
+		return fail(errors.New("its Create gave up before the sandbox started"))
+	}
 	trace.Mark("shim: listening, isolate.Start")
 	// A limit that can't be enforced fails the start, defaults included
 	// (there is no retry without them): the caller asks for Unlimited.
@@ -282,7 +286,10 @@ func runShim() int {
 	if p := os.Getenv(ShimStallEnv); p != "" {
 		// A test's (TestLocalGivenUpCreateEndsItsSandbox): the sandbox
 		// runs, and its Create gives up before it is reported.
-		_ = os.WriteFile(p, []byte(strconv.Itoa(proc.Pid)), 0o600)
+		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
+			_, _ = f.WriteString(strconv.Itoa(proc.Pid))
+			f.Close()
+		}
 		time.Sleep(shimStall)
 	}
 	// The agent is the OOM killer's last choice (set before its children
@@ -430,6 +437,22 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	}
 	_ = os.RemoveAll(dir)
 	return 0
+}
+
+// stopRequested reports whether a stop signal came (and leaves it for
+// supervise).
+func stopRequested() bool {
+	c := stopSignals()
+	select {
+	case sig := <-c:
+		select {
+		case c <- sig:
+		default: // another came meanwhile: one is enough
+		}
+		return true
+	default:
+		return false
+	}
 }
 
 // ShimStallEnv, a file's path in the environment of the program that

@@ -232,7 +232,9 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt, sandboxBin stri
 		r.Lifetime = spec.Lifetime
 	}
 	if err := startShim(ctx, exe, ss); err != nil {
-		_ = os.RemoveAll(dir)
+		if !errors.Is(err, errSupervisorStopping) {
+			_ = os.RemoveAll(dir)
+		}
 		return nil, fmt.Errorf("fork snapshot %q: %w", spec.Snapshot, err)
 	}
 	inst := newInstance(rt, id, token)

@@ -245,8 +245,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		afterCreate(exe, env, spare != nil)
 	}
 	if err != nil || !rep.OK {
-		stopSupervisor(cmd)
-		os.RemoveAll(dir)
+		stopSupervisor(cmd, dir, stopGrace) // it removes dir once the supervisor is gone
 		if err == nil {
 			err = errors.New(rep.Error)
 			if strings.Contains(rep.Error, "cgroup") && (spec.MemoryBytes == 0 || spec.Pids == 0) {
@@ -336,25 +335,30 @@ func minimalHostEnv() []string {
 }
 
 // stopSupervisor ends a supervisor whose Create failed or gave up (its
-// context cancelled, no report in time). SIGTERM first: it may have started
-// the sandbox already, which only it knows of, and it ends and cleans that
-// up (it keeps a stop signal from before the sandbox's start). A
-// supervisor still there after stopGrace is hung: SIGKILL. In the
-// background: the caller's error doesn't wait.
-func stopSupervisor(cmd *exec.Cmd) {
-	if cmd.Process.Signal(syscall.SIGTERM) != nil {
-		return // gone already
-	}
+// context cancelled, no report in time). SIGTERM: it may have started the
+// sandbox already, which only it knows of, and it ends and cleans that up
+// (it keeps a stop signal from before the sandbox's start). dir goes once
+// the supervisor is gone (it removes dir itself on every path it controls):
+// until then dir keeps the sandbox's host uid claimed and what it started
+// findable. A supervisor still there after grace is hung: killed, and what
+// its record names cleaned up. In the background: the caller's error
+// doesn't wait.
+func stopSupervisor(cmd *exec.Cmd, dir string, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	go func() {
 		// The wait is reapLater's: poll for the end instead (Process
 		// signals through a pidfd, so a reused pid is never hit).
-		for range int(stopGrace / (20 * time.Millisecond)) {
+		for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 			if cmd.Process.Signal(syscall.Signal(0)) != nil {
+				_ = os.RemoveAll(dir)
 				return
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 		_ = cmd.Process.Kill()
+		if r, err := readRecord(dir); err == nil {
+			cleanupStale(dir, r)
+		}
+		_ = os.RemoveAll(dir)
 	}()
 }
 
