@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 )
 
 // cpuList parses a Cpus_allowed_list ("0-3,6").
@@ -45,15 +45,9 @@ func TestLocalCPUPinOnlyWhileWaiting(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
+	whole, err := cpupin.Allowed()
+	if err != nil {
 		t.Fatal(err)
-	}
-	var whole []int
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			whole = append(whole, c)
-		}
 	}
 	sb := newLocal(t, nil)
 	ex := runOut(t, sb, `import os, threading, json

@@ -110,6 +110,15 @@ func Full() string {
 	return string(b)
 }
 
+// Allowed lists the CPUs the calling thread may run on now, lowest first.
+func Allowed() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("cpupin: %w", err)
+	}
+	return cpusOf(&set), nil
+}
+
 // cpusOf lists the CPUs in set, lowest first.
 func cpusOf(set *unix.CPUSet) []int {
 	var cpus []int

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 )
 
 // A kernel started on fewer CPUs than its agent's (an early kernel, moved
@@ -16,15 +16,9 @@ import (
 // back from its hello before any user code runs, on every thread: one a
 // site hook started before the hello was narrowed too.
 func TestKernelTakesWholeCPUSetBack(t *testing.T) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
+	whole, err := cpupin.Allowed()
+	if err != nil {
 		t.Fatal(err)
-	}
-	var whole []int
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			whole = append(whole, c)
-		}
 	}
 	if len(whole) < 2 {
 		t.Skip("one CPU: nothing is narrowed")

@@ -135,9 +135,7 @@ func TestHostUIDStaleClaimsCantStall(t *testing.T) {
 	t.Setenv(HostUIDRegistryEnv, reg)
 	r := UIDRange{Base: 7000, Size: 16}
 	lo := r.forCaller(os.Geteuid()).Base
-	if err := os.Mkdir(reg, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	mkdir700(t, reg)
 	gone := t.TempDir()
 	plant := func(uid int, name string, make func(record string) error) {
 		t.Helper()
@@ -168,9 +166,7 @@ func TestHostUIDStaleClaimsCantStall(t *testing.T) {
 			break
 		}
 		d := filepath.Join(rt, strconv.Itoa(i))
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+		mkdir700(t, d)
 		type result struct {
 			uid int
 			err error
@@ -208,18 +204,14 @@ func TestHostUIDRegistryMustBeOwn(t *testing.T) {
 	for name, spoil := range cases {
 		t.Run(name, func(t *testing.T) {
 			reg := filepath.Join(t.TempDir(), "reg")
-			if err := os.Mkdir(reg, 0o700); err != nil {
-				t.Fatal(err)
-			}
+			mkdir700(t, reg)
 			if err := spoil(reg); err != nil {
 				t.Fatal(err)
 			}
 			t.Setenv(HostUIDRegistryEnv, reg)
 			rt := t.TempDir()
 			d := filepath.Join(rt, "s")
-			if err := os.Mkdir(d, 0o700); err != nil {
-				t.Fatal(err)
-			}
+			mkdir700(t, d)
 			uid, err := AllocHostUID(rt, d, r)
 			if os.Geteuid() == 0 {
 				if err == nil || !strings.Contains(err.Error(), "chmod 700") {
@@ -238,9 +230,7 @@ func TestHostUIDRegistryMustBeOwn(t *testing.T) {
 	// Through a symlink: refused too (root), whatever it points at.
 	if os.Geteuid() == 0 {
 		good := filepath.Join(t.TempDir(), "good")
-		if err := os.Mkdir(good, 0o700); err != nil {
-			t.Fatal(err)
-		}
+		mkdir700(t, good)
 		link := filepath.Join(t.TempDir(), "link")
 		if err := os.Symlink(good, link); err != nil {
 			t.Fatal(err)
@@ -248,9 +238,7 @@ func TestHostUIDRegistryMustBeOwn(t *testing.T) {
 		t.Setenv(HostUIDRegistryEnv, link)
 		rt := t.TempDir()
 		d := filepath.Join(rt, "s")
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
+		mkdir700(t, d)
 		if uid, err := AllocHostUID(rt, d, r); err == nil {
 			t.Fatalf("root used a registry reached through a symlink: uid %d", uid)
 		}
@@ -265,5 +253,13 @@ func TestHostUIDHalvesByCaller(t *testing.T) {
 	root, other := r.forCaller(0), r.forCaller(1000)
 	if root.Base != r.Base || other.Base != root.Base+root.Size || other.Base+other.Size != r.Base+r.Size {
 		t.Fatalf("halves %+v and %+v of %+v", root, other, r)
+	}
+}
+
+// mkdir700 makes directory p (mode 0700) or fails the test.
+func mkdir700(t *testing.T, p string) {
+	t.Helper()
+	if err := os.Mkdir(p, 0o700); err != nil {
+		t.Fatal(err)
 	}
 }
