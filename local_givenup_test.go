@@ -26,24 +26,31 @@ func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
+	cfg := localConfig(t)
+	giveUpAndCheck(t, cfg)
+}
+
+// giveUpAndCheck creates a sandbox with cfg in a runtime directory of its
+// own and gives the Create up the moment the sandbox runs (the supervisor
+// then waits 3 s before it records and reports it: local.ShimStallEnv);
+// then the sandbox's agent must end, its directory (which holds its host
+// uid's claim) go, and nothing be listed.
+func giveUpAndCheck(t *testing.T, cfg sandboxes.Config) {
+	t.Helper()
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	t.Setenv(local.ShimStallEnv, pidFile)
-	// A runtime directory of its own (a short path: the sandbox's sockets
-	// live in it), so that the list below sees this Create's sandbox only.
+	// A short path: the sandbox's sockets live in it.
 	rt, err := os.MkdirTemp("", "cs-givenup-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(rt) })
-	cfg := localConfig(t)
 	cfg.Local.RuntimeDir = rt
-	// Given up the moment the sandbox runs (the supervisor then waits 3 s
-	// before it records and reports it).
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		defer cancel()
-		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 			if _, err := os.Stat(pidFile); err == nil {
 				return
 			}
@@ -75,8 +82,6 @@ func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Its directory (which holds its host uid's claim) goes too, once
-	// its supervisor has ended it.
 	for {
 		ents, _ := os.ReadDir(rt)
 		var left []string
@@ -93,7 +98,6 @@ func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// Nor is anything of it listed.
 	lctx, lcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer lcancel()
 	infos, err := sandboxes.List(lctx, cfg, sandboxes.ListOptions{})

@@ -283,15 +283,7 @@ func runShim() int {
 	if err != nil {
 		return fail(err)
 	}
-	if p := os.Getenv(ShimStallEnv); p != "" {
-		// A test's (TestLocalGivenUpCreateEndsItsSandbox): the sandbox
-		// runs, and its Create gives up before it is reported.
-		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
-			_, _ = f.WriteString(strconv.Itoa(proc.Pid))
-			f.Close()
-		}
-		time.Sleep(shimStall)
-	}
+	stallForTest(proc.Pid)
 	// The agent is the OOM killer's last choice (set before its children
 	// exist: they inherit it, and the agent raises theirs). Lowering a score
 	// needs CAP_SYS_RESOURCE; without it the agent keeps 0, still below its
@@ -462,6 +454,23 @@ func stopRequested() bool {
 const ShimStallEnv = "CODE_SANDBOXES_TEST_SHIM_STALL"
 
 const shimStall = 3 * time.Second
+
+// stallForTest is ShimStallEnv's stall, pid the started sandbox's agent
+// (TestLocalGivenUpCreateEndsItsSandbox).
+func stallForTest(pid int) {
+	p := os.Getenv(ShimStallEnv)
+	if p == "" {
+		return
+	}
+	// Whole when it appears: written aside, then renamed.
+	tmp := p + ".tmp"
+	if f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
+		_, _ = f.WriteString(strconv.Itoa(pid))
+		f.Close()
+		_ = os.Rename(tmp, p)
+	}
+	time.Sleep(shimStall)
+}
 
 // stopSignals is where the supervisor hears SIGTERM, SIGINT and SIGHUP,
 // from the first call on (runShim's, before the sandbox starts).
