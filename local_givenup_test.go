@@ -30,6 +30,23 @@ func TestLocalGivenUpCreateEndsItsSandbox(t *testing.T) {
 	giveUpAndCheck(t, cfg)
 }
 
+// The same for a fork from a snapshot, whose supervisor restores the
+// sandbox (it too was killed outright).
+func TestLocalGVisorGivenUpForkEndsIt(t *testing.T) {
+	requireGVisor(t)
+	t.Setenv("CODE_SANDBOXES_STATE_DIR", t.TempDir())
+	sb := newLocal(t, func(c *sandboxes.Config) { c.Isolation = sandboxes.IsolationGVisor })
+	if ex := runOut(t, sb, "x = 40"); ex.Error != nil {
+		t.Fatal(ex.Error)
+	}
+	if err := sb.Snapshot(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := localConfig(t)
+	cfg.Snapshot = "s"
+	giveUpAndCheck(t, cfg)
+}
+
 // giveUpAndCheck creates a sandbox with cfg in a runtime directory of its
 // own and gives the Create up the moment the sandbox runs (the supervisor
 // then waits 3 s before it records and reports it: local.ShimStallEnv);

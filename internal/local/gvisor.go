@@ -293,6 +293,7 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 	if netw != nil {
 		defer netw.Close()
 	}
+	stallForTest(g.pid)
 	// The host reaches the agent where a namespaces sandbox's socket is.
 	if err := os.Symlink(filepath.Join(gvisorDir, "run", ctragent.CtlDir, ctragent.SocketFile), filepath.Join(dir, socketFile)); err != nil && !spec.Restore {
 		_ = g.Kill()
@@ -530,6 +531,11 @@ func (g *gvisorSandbox) Kill() error {
 		_ = syscall.Kill(g.pid, syscall.SIGKILL)
 		return fmt.Errorf("runsc kill: %w: %s", err, bytes.TrimSpace(out))
 	}
+	// runsc can report success and leave the sandbox running: a fork
+	// killed just after its restore ran on, and its supervisor's runsc
+	// wait with it (TestLocalGVisorGivenUpForkEndsIt). The Sentry is ours
+	// to end if it has not ended by itself soon.
+	go endSentry(g.pid, g.start)
 	return nil
 }
 

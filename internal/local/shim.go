@@ -456,7 +456,7 @@ const ShimStallEnv = "CODE_SANDBOXES_TEST_SHIM_STALL"
 const shimStall = 3 * time.Second
 
 // stallForTest is ShimStallEnv's stall, pid the started sandbox's agent
-// (TestLocalGivenUpCreateEndsItsSandbox).
+// (TestLocalGivenUpCreateEndsItsSandbox, TestLocalGVisorGivenUpForkEndsIt).
 func stallForTest(pid int) {
 	p := os.Getenv(ShimStallEnv)
 	if p == "" {
