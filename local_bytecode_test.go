@@ -30,7 +30,7 @@ func TestLocalKernelBytecodeInstalled(t *testing.T) {
 	cacheDir := filepath.Join(cache, "code-sandboxes", "kernel-bytecode")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	const code = `import glob, hashlib, os
 fs = glob.glob(os.path.expanduser("~/.cache/code-sandboxes/kernel/__pycache__/*.pyc"))

@@ -56,12 +56,7 @@ func giveUpAndCheck(t *testing.T, cfg sandboxes.Config) {
 	t.Helper()
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	t.Setenv(local.ShimStallEnv, pidFile)
-	// A short path: the sandbox's sockets live in it.
-	rt, err := os.MkdirTemp("", "cs-givenup-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
+	rt := ownRuntimeDir(t, "cs-givenup-")
 	cfg.Local.RuntimeDir = rt
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

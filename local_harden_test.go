@@ -208,16 +208,7 @@ func TestLocalHostUIDAcrossRuntimeDirs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("as an ordinary user every sandbox maps to the caller's own uid")
 	}
-	rt1, err := os.MkdirTemp("", "cs-runtime-a-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(rt1)
-	rt2, err := os.MkdirTemp("", "cs-runtime-b-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(rt2)
+	rt1, rt2 := ownRuntimeDir(t, "cs-runtime-a-"), ownRuntimeDir(t, "cs-runtime-b-")
 	a := newLocal(t, func(c *sandboxes.Config) { c.Local.RuntimeDir = rt1 })
 	defer a.Close()
 	b := newLocal(t, func(c *sandboxes.Config) { c.Local.RuntimeDir = rt2 })

@@ -65,16 +65,6 @@ func startTestChild(t *testing.T, name, env string) (*exec.Cmd, *bufio.Scanner) 
 	return cmd, bufio.NewScanner(out)
 }
 
-func poolRuntimeDir(t *testing.T) string {
-	t.Helper()
-	rt, err := os.MkdirTemp("", "cs-pool-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(rt) })
-	return rt
-}
-
 // waitFor polls cond (bounded: a condition that never comes fails the test,
 // no duration is asserted).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -103,7 +93,7 @@ func TestLocalWarmPool(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	const mem = 300 << 20
 	cfg := sandboxes.Config{Variant: "local", Memory: mem, MaxLifetime: 10 * time.Minute,
 		Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 2}}
@@ -271,7 +261,7 @@ func TestLocalWarmPoolOwnerKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
 	}
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	cmd, sc := startTestChild(t, "TestLocalWarmPoolOwnerKilled", "CS_POOL_OWNER_RT="+rt)
 	ready := false
 	for sc.Scan() {

@@ -78,7 +78,7 @@ func TestLocalNoRootUser(t *testing.T) {
 	sandboxestest.Require(t, os.Geteuid() == 0, "a root user in the sandbox needs a root caller (the local variant maps it to a host uid of its own)")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	t.Cleanup(func() { sandboxes.CloseLocalWarmPools(context.Background()) })
 	withRoot := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 1}}
 	first, err := sandboxes.Create(ctx, withRoot) // a miss: it starts the pool

@@ -36,7 +36,7 @@ func TestLocalSandboxBinary(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 
 	t.Setenv(local.SandboxBinaryEnv, bin)

@@ -28,7 +28,7 @@ func TestLocalScaleLeavesNothing(t *testing.T) {
 	const n, parallel = 24, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	sbs := make([]*sandboxes.Sandbox, n)
 	errs := make([]error, n)
@@ -254,7 +254,7 @@ func procState(pid int) (string, int) {
 // its supervisor's and agent's pids.
 func oneLocalSandbox(ctx context.Context, t *testing.T) (*sandboxes.Sandbox, poolRecord) {
 	t.Helper()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	sb, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}})
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,7 @@ func spareShims(t *testing.T) []int {
 func TestLocalSpareSupervisor(t *testing.T) {
 	t.Setenv(local.SpareSupervisorEnv, "1")
 	ctx := context.Background()
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	for i := range 2 {
 		sb, err := sandboxes.Create(ctx, cfg)
@@ -115,7 +115,7 @@ func TestLocalSpareEndsWithCaller(t *testing.T) {
 		return
 	}
 	t.Setenv(local.SpareSupervisorEnv, "1")
-	rt := poolRuntimeDir(t)
+	rt := ownRuntimeDir(t, "cs-pool-")
 	cmd, sc := startTestChild(t, "TestLocalSpareEndsWithCaller", "CS_SPARE_OWNER_RT="+rt)
 	var pids []int
 	for sc.Scan() {

@@ -29,6 +29,19 @@ func localConfig(t *testing.T) sandboxes.Config {
 
 var sharedRuntime string
 
+// ownRuntimeDir is a runtime directory for one test's sandboxes alone,
+// removed after it: a short path (the sandboxes' sockets live in it, and a
+// t.TempDir path can be too long for one), named from prefix.
+func ownRuntimeDir(t *testing.T, prefix string) string {
+	t.Helper()
+	rt, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(rt) })
+	return rt
+}
+
 func runtimeDir(t *testing.T) string {
 	if sharedRuntime == "" {
 		d, err := os.MkdirTemp("", "cs-runtime-")

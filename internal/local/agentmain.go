@@ -211,15 +211,13 @@ func startKernelEarly() (string, []*os.File) {
 	es.Tools = agent.NewToolsSocketPath()
 	opts := agent.DefaultKernelOptions(agent.Config{Python: cfg.Python, Workdir: cfg.Workdir, Env: cfg.Env}, es.Tools)
 	e, err := kernel.SpawnEarly(opts)
-	if err == nil {
-		cpupin.Away(e.Pid(), cfg.ID)
-	}
 	if err != nil {
 		// The agent's own start will fail the same way and say so.
 		es.Tools = ""
 		j, _ := json.Marshal(es)
 		return string(j), nil
 	}
+	cpupin.Away(e.Pid(), cfg.ID)
 	es.Pid, es.FDs = e.Pid(), e.FDs()
 	j, _ := json.Marshal(es)
 	files := e.Files()

@@ -27,7 +27,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -270,7 +269,7 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 		defer lock.Close()
 	}
 	if stopRequested() {
-		return fail(errors.New("its Create gave up before the sandbox started"))
+		return fail(errGaveUp)
 	}
 	g, err := start(spec, logf, func(tun *os.File) error {
 		if tun == nil {

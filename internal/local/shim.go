@@ -268,7 +268,7 @@ func runShim() int {
 		ispec.Env = append(ispec.Env, trace.FDEnv+"="+strconv.Itoa(2+len(ispec.ExtraFiles)))
 	}
 	if stopRequested() {
-		return fail(errors.New("its Create gave up before the sandbox started"))
+		return fail(errGaveUp)
 	}
 	trace.Mark("shim: listening, isolate.Start")
 	// A limit that can't be enforced fails the start, defaults included
@@ -430,6 +430,9 @@ func supervise(dir string, proc supervised, netw *egress.Stack, owner *os.File, 
 	_ = os.RemoveAll(dir)
 	return 0
 }
+
+// errGaveUp: a stop signal came before the supervisor started the sandbox.
+var errGaveUp = errors.New("its Create gave up before the sandbox started")
 
 // stopRequested reports whether a stop signal came (and leaves it for
 // supervise).

@@ -185,7 +185,7 @@ func openRegistry() (*os.File, error) {
 	if path == "" {
 		path = DefaultHostUIDRegistry
 	}
-	fix := fmt.Sprintf("(root can make it; or set %s to a directory only root can write)", HostUIDRegistryEnv)
+	fix := fmt.Sprintf("(root can make it; or set %s to a directory of this user's alone, mode 0700)", HostUIDRegistryEnv)
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids: %w %s", err, fix)
 	}
@@ -207,12 +207,11 @@ func openRegistry() (*os.File, error) {
 		return nil, fmt.Errorf("host uid allocation: the host-wide registry of host uids %s is owned by uid %d with mode %#o: it must be uid %d's alone (chown %d %s; chmod 700 %s)",
 			path, st.Uid, st.Mode&0o7777, os.Geteuid(), os.Geteuid(), path, path)
 	}
-	f := os.NewFile(uintptr(fd), path)
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
 		return nil, fmt.Errorf("host uid allocation: locking the registry %s: %w", path, err)
 	}
-	return f, nil
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // claimHostUID claims uid for the sandbox directory dir in the registry
