@@ -9,10 +9,12 @@ export CGO_ENABLED := 0
 all: build
 
 # The lean code-sandboxes-sandbox goes beside the CLI, which runs its
-# sandboxes' processes from it (README: "The sandbox binary").
+# sandboxes' processes from it, and code-sandboxes-init beside that, which
+# runs their first stage (README: "The sandbox binary").
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/code-sandboxes
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-sandbox ./cmd/code-sandboxes-sandbox
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-init ./cmd/code-sandboxes-init
 
 deps:
 	./scripts/install-deps.sh

@@ -14,7 +14,8 @@ import (
 // the end of main).
 var leanDir string
 
-// leanBinary builds cmd/code-sandboxes-sandbox once: the binary that runs
+// leanBinary builds cmd/code-sandboxes-sandbox once (and
+// cmd/code-sandboxes-init beside it, which runs stage 1): the binary that runs
 // sandboxes' own processes (CODE_SANDBOXES_SANDBOX_BINARY) instead of this
 // benchmark re-executed, which links every variant and pays all their
 // package inits in each of a sandbox's processes.
@@ -27,6 +28,10 @@ var leanBinary = sync.OnceValues(func() (string, error) {
 	bin := filepath.Join(dir, "code-sandboxes-sandbox")
 	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/code-sandboxes-sandbox").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/code-sandboxes-sandbox: %w: %s", err, out)
+	}
+	// Stage 1's small binary beside it, as make build ships them.
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "code-sandboxes-init"), "./cmd/code-sandboxes-init").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/code-sandboxes-init: %w: %s", err, out)
 	}
 	return bin, nil
 })

@@ -26,6 +26,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
 	"github.com/code-sandboxes/code-sandboxes/internal/idlethreads"
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 	"github.com/code-sandboxes/code-sandboxes/internal/secs"
 )
 
@@ -66,12 +67,12 @@ type Config struct {
 	// (kernel.Options.ProtocolPipe); nil = os.Pipe.
 	ProtocolPipe func() (r, w *os.File, err error)
 	// EarlyKernel is the default python context's kernel, started before
-	// the agent with DefaultKernelOptions (the sandbox's stage 1 does):
+	// the agent with sandboxenv.DefaultKernelOptions (the sandbox's stage 1 does):
 	// the context's first start adopts it. Needs ToolsSocket, the path
 	// those options were made with.
 	EarlyKernel *kernel.Early
 	// ToolsSocket is the tools socket's path; "" = a fresh one
-	// (NewToolsSocketPath).
+	// (sandboxenv.NewToolsSocketPath).
 	ToolsSocket string
 }
 
@@ -129,10 +130,10 @@ func New(cfg Config) *Server {
 	s := &Server{cfg: cfg, started: time.Now(), expired: make(chan struct{}), lastUsed: time.Now()}
 	sock := cfg.ToolsSocket
 	if sock == "" {
-		sock = NewToolsSocketPath()
+		sock = sandboxenv.NewToolsSocketPath()
 	}
 	s.tools = newToolHub(sock)
-	env := kernelEnv(cfg.Env, sock)
+	env := sandboxenv.KernelEnv(cfg.Env, sock)
 	early := cfg.EarlyKernel
 	s.contexts = newContextTable(func(language, cwd string) (*kernel.Session, error) {
 		if err := kernel.CheckLanguage(context.Background(), language, env); err != nil {
@@ -157,31 +158,8 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// kernelEnv is every kernel's environment: the agent's own (a launcher
-// sets the sandbox's), the configured variables, and the tools socket.
-func kernelEnv(user map[string]string, toolsSocket string) []string {
-	env := os.Environ()
-	for k, v := range user {
-		env = append(env, k+"="+v)
-	}
-	// Kernels find the tools socket here (it exists once tools are granted).
-	return append(env, ToolsSocketEnv+"="+toolsSocket)
-}
-
 func kernelOptions(cfg Config, env []string, language, cwd string) kernel.Options {
 	return kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language, ProtocolPipe: cfg.ProtocolPipe}
-}
-
-// DefaultKernelOptions are the options an agent with cfg (and the tools
-// socket toolsSocket) starts its default python context's kernel with,
-// for a launcher that starts that kernel before the agent exists
-// (kernel.SpawnEarly, then Config.EarlyKernel and ToolsSocket). The
-// process's environment must be the agent's already.
-func DefaultKernelOptions(cfg Config, toolsSocket string) kernel.Options {
-	if cfg.Workdir == "" {
-		cfg.Workdir = "/home/user"
-	}
-	return kernelOptions(cfg, kernelEnv(cfg.Env, toolsSocket), "python", cfg.Workdir)
 }
 
 // begin and end bracket a use of the sandbox: the idle clock stops while

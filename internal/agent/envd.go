@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
+	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 )
 
 // EnvdOptions configure the envd-compatible services of the agent.
@@ -71,7 +72,7 @@ func EnvdRoutes(o EnvdOptions) (map[string]http.Handler, func()) {
 	// host of its own, commands get only o.Env over the agent's PATH.)
 	env := o.Env
 	if o.Contract {
-		env = SandboxEnv(o.Env)
+		env = sandboxenv.Env(o.Env)
 		for _, k := range []string{"HOME", "USER", "LOGNAME"} {
 			if _, set := o.Env[k]; !set {
 				delete(env, k)

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 	"github.com/code-sandboxes/code-sandboxes/internal/secs"
 )
 
@@ -39,7 +38,7 @@ import (
 
 // ToolsSocketEnv names the environment variable, set for every kernel, that
 // holds the path of the tools socket.
-const ToolsSocketEnv = "CODE_SANDBOXES_TOOLS_SOCKET"
+const ToolsSocketEnv = sandboxenv.ToolsSocketEnv
 
 // Bounds of tool calls. A sandbox's code is hostile: it may flood calls,
 // send giant arguments, or never read its answer.
@@ -151,19 +150,6 @@ type toolHub struct {
 
 func newToolHub(sockPath string) *toolHub {
 	return &toolHub{sockPath: sockPath, specs: map[string]ToolSpec{}, pending: map[string]*pendingCall{}}
-}
-
-// NewToolsSocketPath picks the socket's path: a fresh directory under the
-// sandbox's temp dir (the agent runs as the sandbox user everywhere, so it
-// can always create it there).
-func NewToolsSocketPath() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	dir := os.Getenv("TMPDIR")
-	if dir == "" {
-		dir = "/tmp"
-	}
-	return filepath.Join(dir, ".code-sandboxes-tools-"+hex.EncodeToString(b[:]), "tools.sock")
 }
 
 // listen opens the socket on first use.

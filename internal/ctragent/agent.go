@@ -27,6 +27,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 )
 
 // The sandbox contract's user (DESIGN §4).
@@ -144,7 +145,7 @@ func serve(name string, ln net.Listener, cfg Config, q *pauseCtl, mode os.FileMo
 	// The process environment of kernels and commands is built from scratch:
 	// nothing of the container's (or the engine's) leaks in.
 	os.Clearenv()
-	for k, v := range agent.SandboxEnv(cfg.Env) {
+	for k, v := range sandboxenv.Env(cfg.Env) {
 		os.Setenv(k, v)
 	}
 	// Our stdin is the runtime's (under gVisor a host descriptor, which

@@ -237,8 +237,11 @@ func stage1(cfg *childConfig) error {
 	// held without close-on-exec (inherited from whatever started it) would
 	// otherwise reach the agent and every process it starts. In place they
 	// are closed, not only close-on-exec: stage 2 may be this same image.
+	// Stage 1 run from its own binary (Spec.InitPath) can't go on as stage
+	// 2 in place: this image is not the one stage 2 runs.
+	inPlace := wantInPlace() && cfg.InitFD == 0
 	closeFDs := cloexecFrom
-	if wantInPlace() {
+	if inPlace {
 		closeFDs = closeInherited
 	}
 	if err := closeFDs(cfg.StatusFD + 1); err != nil {
@@ -311,7 +314,6 @@ func stage1(cfg *childConfig) error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		return fmt.Errorf("unshare cgroup namespace: %w", err)
 	}
-	inPlace := wantInPlace()
 	if inPlace {
 		ok, err := joinCgroupNSAllThreads()
 		if err != nil {

@@ -117,6 +117,9 @@ type childConfig struct {
 	ExeFD    int `json:"exe"`
 	SyncFD   int `json:"sync"`
 	StatusFD int `json:"status"`
+	// InitFD is Spec.InitPath's fd stage 1 was executed from (0 = none:
+	// it was ExeFD's binary). Stage 1 then always re-executes.
+	InitFD int `json:"init,omitempty"`
 	// BrokerFD, in stage 2 with a root user, is the root broker's status
 	// pipe (startRootBroker); -1 or 0 = none.
 	BrokerFD int `json:"broker,omitempty"`
@@ -211,6 +214,22 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		}
 		defer run.Close()
 	}
+	// Stage 1's own binary (Spec.InitPath), opened and copied the same way.
+	var initRun *os.File
+	if spec.InitPath != "" {
+		f, err := os.Open(spec.InitPath)
+		if err != nil {
+			return nil, fmt.Errorf("isolate: open stage 1's binary: %w", err)
+		}
+		defer f.Close()
+		initRun = f
+		if spec.ExecOnlyDir != "" {
+			if initRun, err = execOnlyCopy(spec.ExecOnlyDir, f); err != nil {
+				return nil, fmt.Errorf("isolate: execute-only copy of stage 1's binary in %s (a directory only this user can write to, on a filesystem that allows exec): %w", spec.ExecOnlyDir, err)
+			}
+			defer initRun.Close()
+		}
+	}
 	// The rootfs is validated and opened here (again through the child's
 	// mount namespace below, for the same reason as the binary).
 	var rootfs *os.File
@@ -222,6 +241,17 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		cfg.Rootfs = rootfs.Name()
 		if err := checkInterpreter(exe, spec.Path, rootfs); err != nil {
 			return nil, err
+		}
+		if spec.InitPath != "" {
+			f, err := os.Open(spec.InitPath)
+			if err != nil {
+				return nil, fmt.Errorf("isolate: open stage 1's binary: %w", err)
+			}
+			err = checkInterpreter(f, spec.InitPath, rootfs)
+			f.Close()
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
 	// The sync channel is a socket pair rather than a pipe: the release
@@ -279,6 +309,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	cfg.TUNByChild = spec.Network == NetworkTUN && !root
 	n := len(spec.ExtraFiles)
 	cfg.ExeFD, cfg.SyncFD, cfg.StatusFD = 3+n, 4+n, 5+n
+	// What the clone executes: the binary, or stage 1's own after the
+	// status fd (stage 1 makes every fd from there close-on-exec).
+	startFD, passed := cfg.ExeFD, []*os.File{run, syncR, statW}
+	if initRun != nil {
+		cfg.InitFD = 6 + n
+		startFD, passed = cfg.InitFD, append(passed, initRun)
+	}
 
 	hostUID, hostGID := os.Geteuid(), os.Getegid()
 	if root {
@@ -318,13 +355,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	}
 	newCmd := func(into int) *exec.Cmd {
 		return &exec.Cmd{
-			Path:       fmt.Sprintf("/proc/self/fd/%d", cfg.ExeFD),
+			Path:       fmt.Sprintf("/proc/self/fd/%d", startFD),
 			Args:       spec.Args,
 			Env:        append(append([]string(nil), spec.Env...), envKey+"="+string(cfgJSON)),
 			Stdout:     spec.Stdout,
 			Stderr:     spec.Stderr,
 			Dir:        "/",
-			ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), run, syncR, statW),
+			ExtraFiles: append(append([]*os.File(nil), spec.ExtraFiles...), passed...),
 			SysProcAttr: &syscall.SysProcAttr{
 				Cloneflags:  flags,
 				UidMappings: uidMap,
@@ -593,3 +630,9 @@ func lastCap() int {
 	}
 	return unix.CAP_LAST_CAP
 }
+
+// ConfigShape is a value of the type Start hands each stage of the child
+// (in JSON): binaries that run different stages of one sandbox
+// (Spec.InitPath) must agree on it, and a caller that checks a binary's
+// protocol describes it.
+func ConfigShape() any { return childConfig{} }

@@ -42,6 +42,9 @@ func SetEarlyStart(func() (string, []*os.File)) {}
 
 func EarlyState() string { return "" }
 
+// ConfigShape: no child config without Linux.
+func ConfigShape() any { return struct{}{} }
+
 // CheckRoom, RoomShortage and the headrooms: see room.go.
 func CheckRoom() error                      { return nil }
 func RoomShortage() error                   { return nil }

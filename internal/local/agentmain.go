@@ -3,7 +3,6 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,21 +15,22 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
+	"github.com/code-sandboxes/code-sandboxes/internal/earlystart"
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/kernel"
+	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
-
-	"golang.org/x/sys/unix"
 )
 
 // runAgent is the sandbox's init: finish isolating ourselves, then serve.
 func runAgent() int {
 	trace.Mark("sandbox init: inits done")
-	if os.Getenv(EarlyKernelEnv) != "0" {
+	if os.Getenv(earlystart.KernelEnv) != "0" {
 		// In stage 1 (this same function, before the re-exec): start the
-		// default kernel there (startKernelEarly).
-		isolate.SetEarlyStart(startKernelEarly)
+		// default kernel there (earlystart.Start). cmd/code-sandboxes-init,
+		// when the caller found it, runs stage 1 the same way.
+		isolate.SetEarlyStart(earlystart.Start)
 	}
 	ready, err := isolate.ChildAsync()
 	if err != nil {
@@ -59,7 +59,7 @@ func runAgent() int {
 	if _, err := cpupin.Pin(cfg.ID); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err) // slower, not less safe
 	}
-	early, es := adoptKernelEarly()
+	early, es := earlystart.Adopt()
 	// A root user (root callers' sandboxes; isolate's rootuser.go puts sudo
 	// in /usr/local/bin): the SDK's user: 'root' runs through sudo.
 	var root agent.EnvdOptions
@@ -78,7 +78,7 @@ func runAgent() int {
 	// The process environment of kernels and commands is built from scratch:
 	// nothing of the host's leaks in.
 	os.Clearenv()
-	env := agent.SandboxEnv(cfg.Env)
+	env := sandboxenv.Env(cfg.Env)
 	for k, v := range env {
 		os.Setenv(k, v)
 	}
@@ -90,7 +90,7 @@ func runAgent() int {
 		// compiling its source. Best effort, as it's only an optimisation;
 		// the fd (a host file) is closed before anything runs here.
 		f := os.NewFile(uintptr(cfg.KernelBytecodeFD), "kernel bytecode")
-		tag, pyc, err := parseKernelBytecode(f)
+		tag, pyc, err := earlystart.ParseBytecode(f)
 		f.Close()
 		if err == nil {
 			_ = kernel.InstallBytecode("", tag, pyc)
@@ -146,166 +146,4 @@ func runAgent() int {
 		return 1
 	}
 	return 0
-}
-
-// agentConfigFD is the agent's config (a pipe from the supervisor; in
-// stage 2 a copy stage 1 made of what it read there).
-const agentConfigFD = 4
-
-// maxAgentConfig bounds the config the agent reads.
-const maxAgentConfig = 1 << 20
-
-// earlyState is what stage 1 tells stage 2 about its early start.
-type earlyState struct {
-	// Bytecode: the kernel's bytecode is installed (stage 2 only closes
-	// its fd).
-	Bytecode bool `json:"bytecode,omitempty"`
-	// Pid and FDs (stdout, stderr, commands, events) of the default python
-	// kernel, 0 = none started.
-	Pid int    `json:"pid,omitempty"`
-	FDs [4]int `json:"fds,omitempty"`
-	// Tools is the tools socket's path the kernel was given.
-	Tools string `json:"tools,omitempty"`
-}
-
-// startKernelEarly runs in stage 1, fully sandboxed, right before the
-// re-exec into stage 2 (isolate.SetEarlyStart): it starts the default
-// python kernel exactly as the agent would — same environment, options,
-// installed bytecode and tools socket path — so that python's start-up
-// (the longest step of a cold start) runs while the binary re-executes and
-// the agent sets up. Anything short of that (no prewarm, no python, a
-// config it can't read) starts nothing: the agent then does as before, and
-// reports any error itself.
-func startKernelEarly() (string, []*os.File) {
-	trace.Mark("stage 1: early start")
-	raw, ok := takeAgentConfig()
-	if !ok {
-		return "", nil
-	}
-	var cfg agentConfig
-	if err := json.NewDecoder(bytes.NewReader(raw)).Decode(&cfg); err != nil || cfg.NoPrewarm {
-		return "", nil
-	}
-	// The agent's environment, as stage 2 sets it (runAgent): kernelEnv,
-	// the tools socket's directory and the kernel's cache directory come
-	// from it. Stage 2's own environment was taken before this.
-	os.Clearenv()
-	for k, v := range agent.SandboxEnv(cfg.Env) {
-		os.Setenv(k, v)
-	}
-	var es earlyState
-	if cfg.KernelBytecodeFD > 2 {
-		// Read through a copy, at offsets (the fd itself stays for stage 2
-		// to close, unread).
-		if fd, err := unix.FcntlInt(uintptr(cfg.KernelBytecodeFD), unix.F_DUPFD_CLOEXEC, 3); err == nil {
-			f := os.NewFile(uintptr(fd), "kernel bytecode")
-			tag, pyc, err := parseKernelBytecode(f)
-			f.Close()
-			if err == nil {
-				_ = kernel.InstallBytecode("", tag, pyc)
-			}
-			es.Bytecode = true
-			trace.Mark("stage 1: kernel bytecode installed")
-		}
-	}
-	es.Tools = agent.NewToolsSocketPath()
-	opts := agent.DefaultKernelOptions(agent.Config{Python: cfg.Python, Workdir: cfg.Workdir, Env: cfg.Env}, es.Tools)
-	e, err := kernel.SpawnEarly(opts)
-	if err != nil {
-		// The agent's own start will fail the same way and say so.
-		es.Tools = ""
-		j, _ := json.Marshal(es)
-		return string(j), nil
-	}
-	cpupin.Away(e.Pid(), cfg.ID)
-	es.Pid, es.FDs = e.Pid(), e.FDs()
-	j, _ := json.Marshal(es)
-	files := e.Files()
-	// Stage 2 may be this same image (isolate hardened stage 1 in place):
-	// then it takes e itself, with its own ends of the kernel's pipes,
-	// rather than adopt the fds a second time.
-	startedEarly = e
-	return string(j), files[:]
-}
-
-// startedEarly is the kernel startKernelEarly started in this image (nil
-// after the re-exec into stage 2, which adopts it by its pid and fds).
-var startedEarly *kernel.Early
-
-// takeAgentConfig reads the agent's config from its pipe (stage 1) and
-// puts a copy in its place for stage 2 (a memfd at the same fd, read
-// from its start).
-func takeAgentConfig() ([]byte, bool) {
-	// Through a copy: an *os.File of the fd itself would close it from
-	// its finalizer, after the memfd has taken its number.
-	dup, err := unix.FcntlInt(agentConfigFD, unix.F_DUPFD_CLOEXEC, 3)
-	if err != nil {
-		return nil, false
-	}
-	f := os.NewFile(uintptr(dup), "config")
-	raw, err := io.ReadAll(io.LimitReader(f, maxAgentConfig))
-	f.Close()
-	mfd, merr := unix.MemfdCreate("agent config", unix.MFD_CLOEXEC)
-	if merr != nil {
-		// The pipe is consumed: stage 2 would read nothing. Fail the start
-		// rather than guess.
-		fmt.Fprintln(os.Stderr, "code-sandboxes agent: memfd for the config:", merr)
-		os.Exit(1)
-	}
-	for b := raw; len(b) > 0; {
-		n, werr := unix.Write(mfd, b)
-		if werr != nil {
-			fmt.Fprintln(os.Stderr, "code-sandboxes agent: copying the config:", werr)
-			os.Exit(1)
-		}
-		b = b[n:]
-	}
-	if _, err := unix.Seek(mfd, 0, io.SeekStart); err != nil {
-		fmt.Fprintln(os.Stderr, "code-sandboxes agent: copying the config:", err)
-		os.Exit(1)
-	}
-	// Close-on-exec for now (isolate restores stage 2's fds after us).
-	if err := unix.Dup3(mfd, agentConfigFD, unix.O_CLOEXEC); err != nil {
-		fmt.Fprintln(os.Stderr, "code-sandboxes agent: copying the config:", err)
-		os.Exit(1)
-	}
-	unix.Close(mfd)
-	return raw, err == nil
-}
-
-// adoptKernelEarly takes over, in stage 2, what stage 1's startKernelEarly
-// started (nil, and a zero state, if nothing).
-func adoptKernelEarly() (*kernel.Early, earlyState) {
-	var es earlyState
-	st := isolate.EarlyState()
-	if st == "" {
-		return nil, es
-	}
-	if err := json.Unmarshal([]byte(st), &es); err != nil {
-		fmt.Fprintln(os.Stderr, "code-sandboxes agent: early start state:", err)
-		return nil, earlyState{}
-	}
-	if es.Pid <= 0 {
-		return nil, earlyState{Bytecode: es.Bytecode}
-	}
-	if e := startedEarly; e != nil && e.Pid() == es.Pid {
-		// Stage 1 became stage 2 in place: the kernel is ours already.
-		startedEarly = nil
-		trace.Mark("agent: early kernel taken in place")
-		return e, es
-	}
-	e, err := kernel.AdoptEarly(es.Pid, es.FDs)
-	if err != nil {
-		// Not expected (our own stage 1's): start afresh without it.
-		fmt.Fprintln(os.Stderr, "code-sandboxes agent:", err)
-		_ = syscall.Kill(es.Pid, syscall.SIGKILL)
-		for _, fd := range es.FDs {
-			if fd > 2 {
-				syscall.Close(fd)
-			}
-		}
-		return nil, earlyState{Bytecode: es.Bytecode}
-	}
-	trace.Mark("agent: early kernel adopted")
-	return e, es
 }

@@ -1,11 +1,9 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +20,7 @@ import (
 // /usr and /bin are the host's), kept in the caller's cache directory, read
 // by the supervisor and handed to the agent with its config.
 
-// sandboxPath is the agent's PATH for finding python3 (agent.SandboxEnv).
+// sandboxPath is the agent's PATH for finding python3 (sandboxenv.Env).
 var sandboxPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 var compiling sync.Map // cache file → struct{}: a compile under way or done
@@ -99,31 +97,3 @@ func compileKernel(ctx context.Context, python, path string) error {
 	}
 	return err
 }
-
-// parseKernelBytecode reads a file that compileKernel wrote (in the agent,
-// from the fd the supervisor passed): its tag line, then the pyc.
-func parseKernelBytecode(f *os.File) (tag string, pyc []byte, err error) {
-	// One read of the file's size at offset 0 (the fd's offset is shared
-	// with the copies stage 2 gets, and stays put), not a ReadAll that
-	// grows its buffer: this runs on the cold start's path.
-	st, err := f.Stat()
-	if err != nil {
-		return "", nil, err
-	}
-	if st.Size() > maxKernelBytecode {
-		return "", nil, errors.New("kernel bytecode: file too large")
-	}
-	b := make([]byte, st.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return "", nil, err
-	}
-	t, p, ok := bytes.Cut(b, []byte("\n"))
-	if !ok {
-		return "", nil, errors.New("kernel bytecode: bad file")
-	}
-	return string(t), p, nil
-}
-
-// maxKernelBytecode bounds the bytecode file the agent reads (the kernel's
-// own bound, 4 MiB, plus its tag).
-const maxKernelBytecode = 4<<20 + 256

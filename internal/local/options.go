@@ -2,6 +2,7 @@ package local
 
 import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/earlystart"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
@@ -65,7 +66,7 @@ func (o Options) Resolved() Options {
 // pairs, six runs; A/A noise 0.2 ms), and no better, up to a few ms worse,
 // on a busy one, where python becomes a third CPU-bound start beside the
 // agent's re-exec and the root broker's two.
-const EarlyKernelEnv = "CODE_SANDBOXES_EARLY_KERNEL"
+const EarlyKernelEnv = earlystart.KernelEnv
 
 // ReexecEnv, in the environment of the program that creates local
 // sandboxes, chooses how each sandbox's stage 1 and root broker reach

@@ -5,16 +5,19 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/earlystart"
+	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/records"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
@@ -37,47 +40,19 @@ import (
 const SandboxBinaryEnv = "CODE_SANDBOXES_SANDBOX_BINARY"
 
 // roleFingerprint: print protocolFingerprint and exit (sandboxBinary's check).
-const roleFingerprint = "fingerprint"
+const roleFingerprint = earlystart.RoleFingerprint
 
 // protocolVersion is bumped when what the caller and the sandbox's
 // processes exchange changes in a way the types below don't show (fd
 // numbers, environment variables, file names).
-const protocolVersion = 2
+const protocolVersion = 3
 
 // protocolFingerprint identifies what the caller and a sandbox's processes
 // exchange: protocolVersion and the shape (field names, types, JSON tags)
 // of every message between them.
 var protocolFingerprint = sync.OnceValue(func() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "v%d\n", protocolVersion)
-	seen := map[reflect.Type]bool{}
-	for _, v := range []any{shimSpec{}, shimReport{}, record{}, agentConfig{}} {
-		describeType(&b, reflect.TypeOf(v), seen)
-	}
-	sum := sha256.Sum256([]byte(b.String()))
-	return hex.EncodeToString(sum[:12])
+	return earlystart.Shapes(protocolVersion, shimSpec{}, shimReport{}, record{}, agentConfig{}, isolate.ConfigShape(), earlystart.State{})
 })
-
-func describeType(b *strings.Builder, t reflect.Type, seen map[reflect.Type]bool) {
-	fmt.Fprintf(b, "%s %s %s\n", t.PkgPath(), t.String(), t.Kind())
-	if seen[t] {
-		return
-	}
-	seen[t] = true
-	switch t.Kind() {
-	case reflect.Struct:
-		for i := range t.NumField() {
-			f := t.Field(i)
-			fmt.Fprintf(b, " %s %q\n", f.Name, f.Tag)
-			describeType(b, f.Type, seen)
-		}
-	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
-		if t.Kind() == reflect.Map {
-			describeType(b, t.Key(), seen)
-		}
-		describeType(b, t.Elem(), seen)
-	}
-}
 
 // fingerprintTimeout bounds the run of the sandbox binary that reports its
 // fingerprint.
@@ -116,7 +91,8 @@ const SandboxBinaryName = "code-sandboxes-sandbox"
 var (
 	sandboxBinMu sync.Mutex
 	// sandboxBinSeen: the binaries that reported our fingerprint, by path
-	// (at most the three sources: an option, the environment, beside).
+	// (at most the three sources: an option, the environment, beside; and
+	// the init binaries beside them).
 	sandboxBinSeen = map[string]checkedBinary{}
 	// besideBinary is UseSandboxBinaryBeside's find ("" = none).
 	besideBinary string
@@ -173,19 +149,58 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	if !ok || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s=%q: %w: not a regular file", source, p, sberr.ErrInvalidConfig)
 	}
+	if err := checkBinary(ctx, p, source, st, fi.Size(), protocolFingerprint()); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// initBinary returns cmd/code-sandboxes-init (earlystart.InitName) when it
+// lies beside the sandbox binary exe and speaks this build's protocol, for
+// the sandbox's stage 1 (isolate.Spec.InitPath); "" when there is none or
+// exe is this program (a program re-executing itself has no init beside
+// it). One that is there but stale fails, as a stale sandbox binary does:
+// it means the two were not built together.
+func initBinary(ctx context.Context, exe string) (string, error) {
+	if self, err := os.Executable(); err != nil || self == exe {
+		return "", nil
+	}
+	p := filepath.Join(filepath.Dir(exe), earlystart.InitName)
+	fi, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	source := "the " + earlystart.InitName + " beside " + exe
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", source, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("%s: %w: not a regular file (remove it, or put cmd/code-sandboxes-init's build there)", source, sberr.ErrInvalidConfig)
+	}
+	if err := checkBinary(ctx, p, source, st, fi.Size(), earlystart.Fingerprint()); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// checkBinary checks that the binary p (found through source; st and size
+// its stat) reports the fingerprint want: asked once per file identity,
+// remembered in this process and across processes (fingerprintCache).
+func checkBinary(ctx context.Context, p, source string, st *syscall.Stat_t, size int64, want string) error {
 	mtime, ctime := statTimes(st)
-	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), MtimeNs: mtime, CtimeNs: ctime, Fingerprint: protocolFingerprint()}
+	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: size, MtimeNs: mtime, CtimeNs: ctime, Fingerprint: want}
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
 	if sandboxBinSeen[p] == id {
-		return p, nil
+		return nil
 	}
 	cache := fingerprintCache(p)
 	if cache != "" {
 		var c checkedBinary
 		if records.Read(cache, &c) == nil && c == id {
 			sandboxBinSeen[p] = id
-			return p, nil
+			return nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
@@ -196,10 +211,10 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	var out bytes.Buffer
 	cmd.Stdout = &limitedBuffer{buf: &out, left: 256}
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s=%q: asking its protocol: %w (it must import github.com/code-sandboxes/code-sandboxes, as cmd/code-sandboxes-sandbox does)", source, p, err)
+		return fmt.Errorf("%s=%q: asking its protocol: %w (it must import github.com/code-sandboxes/code-sandboxes, as cmd/code-sandboxes-sandbox does)", source, p, err)
 	}
-	if got, want := strings.TrimSpace(out.String()), protocolFingerprint(); got != want {
-		return "", fmt.Errorf("%s=%q: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s ./cmd/code-sandboxes-sandbox)", source, p, sberr.ErrInvalidConfig, got, want, p)
+	if got := strings.TrimSpace(out.String()); got != want {
+		return fmt.Errorf("%s=%q: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s ./cmd/%s)", source, p, sberr.ErrInvalidConfig, got, want, p, filepath.Base(p))
 	}
 	if len(sandboxBinSeen) >= 8 {
 		clear(sandboxBinSeen)
@@ -208,7 +223,7 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o700) == nil {
 		_ = records.Write(cache, &id) // best effort: the next process asks again
 	}
-	return p, nil
+	return nil
 }
 
 // limitedBuffer keeps the first left bytes written and drops the rest.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
+	"github.com/code-sandboxes/code-sandboxes/internal/earlystart"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
@@ -29,7 +30,7 @@ import (
 
 // Roles a re-executed binary can play, chosen by the env var roleEnv.
 const (
-	roleEnv   = "CODE_SANDBOXES_ROLE"
+	roleEnv   = earlystart.RoleEnv
 	roleShim  = "shim"
 	roleAgent = "agent"
 	// shimSpecEnv carries the shim's spec as JSON.
@@ -71,26 +72,14 @@ type shimSpec struct {
 	Image string `json:"image,omitempty"`
 	// ExecOnlyDir is isolate.Spec's (execOnlyDir).
 	ExecOnlyDir string `json:"exec_only_dir,omitempty"`
+	// Init is the binary the sandbox's stage 1 runs (isolate.Spec.InitPath,
+	// initBinary; "" = the sandbox binary runs it).
+	Init string `json:"init,omitempty"`
 }
 
-// agentConfig is what the shim hands the agent, through a pipe (not the
-// environment, which user code could read).
-type agentConfig struct {
-	ID       string            `json:"id"`
-	Token    string            `json:"token"`
-	Python   string            `json:"python"`
-	Workdir  string            `json:"workdir"`
-	Env      map[string]string `json:"env"`
-	Lifetime time.Duration     `json:"lifetime"`
-	// IdleTimeout ends the sandbox after this long unused (0 = never).
-	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
-	// NoPrewarm leaves the default kernel to start on first use.
-	NoPrewarm bool `json:"no_prewarm,omitempty"`
-	// KernelBytecodeFD is the agent's fd of the kernel's bytecode file
-	// (bytecode.go: the tag, a newline, the pyc), for the agent to put where
-	// the kernel looks (kernel.InstallBytecode); 0 = none.
-	KernelBytecodeFD int `json:"kernel_bytecode_fd,omitempty"`
-}
+// agentConfig is what the shim hands the agent (earlystart.AgentConfig:
+// the init binary reads it too).
+type agentConfig = earlystart.AgentConfig
 
 // Main runs the role this process was re-executed for, if any, and exits.
 // It returns normally in an ordinary process.
@@ -210,6 +199,7 @@ func runShim() int {
 		// The sandbox runs this binary from an execute-only copy, so that
 		// the agent is never dumpable (isolate's execonly.go).
 		ExecOnlyDir: spec.ExecOnlyDir,
+		InitPath:    spec.Init,
 		// /proc/self/exe still works when the binary was deleted after we
 		// started (go run removes its temporary build).
 		Path:          "/proc/self/exe",

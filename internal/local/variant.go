@@ -195,6 +195,9 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	if isolation == IsolationGVisor {
 		ss.Runsc, ss.Exe = runsc, exe
 		ss.Record.Checkpoint = checkpointDirOf(id)
+	} else if ss.Init, err = initBinary(ctx, exe); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	b, _ := json.Marshal(ss)
 

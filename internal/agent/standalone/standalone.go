@@ -26,6 +26,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 )
 
 // Environment variables the launcher may hand the agent. Both are removed
@@ -229,7 +230,7 @@ func sandboxEnvironment() (map[string]string, error) {
 	for k, v := range user {
 		merged[k] = v
 	}
-	env := agent.SandboxEnv(merged)
+	env := sandboxenv.Env(merged)
 	os.Clearenv()
 	for k, v := range env {
 		if err := os.Setenv(k, v); err != nil {
