@@ -304,7 +304,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	}
 	cs, co, bs := summarize(cold), summarize(createOnly), summarize(bw)
 	rep.WriteString("## Local sandboxes (issue 3)\n\n")
-	fmt.Fprintf(rep, "%d each, interleaved: cold Create → first result (sandbox processes: this benchmark's binary re-executed, then `cmd/code-sandboxes-sandbox` named in `CODE_SANDBOXES_SANDBOX_BINARY`), the peer, Create alone.\n\n", *nCold)
+	fmt.Fprintf(rep, "%d each, interleaved: cold Create → first result (sandbox processes: this benchmark's binary re-executed, then `cmd/code-sandboxes-sandbox` named in `CODE_SANDBOXES_SANDBOX_BINARY`, with `cmd/code-sandboxes-init` beside it for each sandbox's first stage), the peer, Create alone.\n\n", *nCold)
 	fmt.Fprintf(rep, "| measurement | p50 | %s | ratio to bwrap p50 |\n|---|---|---|---|\n", cs.tailName())
 	if bwErr == nil {
 		fmt.Fprintf(rep, "| `bwrap --unshare-all … python3 -c pass` (peer) | %.1f ms | %.1f ms | 1× |\n", bs.p50, bs.tail())
@@ -322,7 +322,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	fmt.Fprintf(rep, "| cold `Create` → first result of `1 + 1` (this binary, which links every variant) | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cs.p50, cs.tail(), ratio(cs.p50))
 	if leanErr == nil {
 		cl := summarize(coldLean)
-		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cl.p50, cl.tail(), ratio(cl.p50))
+		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` (stage 1 from `cmd/code-sandboxes-init`) | %.1f ms | %.1f ms | %s (target ≤ 1.6×) |\n", cl.p50, cl.tail(), ratio(cl.p50))
 		samples["cold Create → first result (lean sandbox binary)"] = coldLean
 		ns := summarize(coldNoSpare)
 		fmt.Fprintf(rep, "| the same without a spare supervisor (a process's first `Create`, or `%s=0`; the rows above had one waiting, started %v after the Create before theirs) | %.1f ms | %.1f ms | %s |\n", local.SpareSupervisorEnv, local.SpareDelay, ns.p50, ns.tail(), ratio(ns.p50))
