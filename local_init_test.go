@@ -129,6 +129,38 @@ print(os.getppid(), [p for p in fds if 'exe' in p or 'code-sandboxes' in p])`)
 		t.Errorf("a directory as %s: %v, want ErrInvalidConfig naming it", earlystart.InitName, err)
 	}
 
+	// One others may write, or (as root) another user's: it would run
+	// every sandbox's setup with every capability there, so it must be as
+	// trusted as the sandbox binary beside it.
+	if err := os.Remove(init); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(init, []byte(broken), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(init, 0o775); err != nil {
+		t.Fatal(err)
+	}
+	untrusted := func(what string) {
+		t.Helper()
+		if sb, err := sandboxes.Create(ctx, cfg); err == nil {
+			sb.Close()
+			t.Errorf("%s %s: Create worked", what, earlystart.InitName)
+		} else if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "writable by its owner alone") {
+			t.Errorf("%s %s: %v, want ErrInvalidConfig saying whose it must be", what, earlystart.InitName, err)
+		}
+	}
+	untrusted("a group-writable")
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(init, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(init, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		untrusted("another user's")
+	}
+
 	// Without one the sandbox binary runs stage 1 itself, as before.
 	if err := os.Remove(init); err != nil {
 		t.Fatal(err)

@@ -159,7 +159,9 @@ func New(cfg Config) *Server {
 }
 
 func kernelOptions(cfg Config, env []string, language, cwd string) kernel.Options {
-	return kernel.Options{Python: cfg.Python, Cwd: cwd, Env: env, Language: language, ProtocolPipe: cfg.ProtocolPipe}
+	o := sandboxenv.KernelOptions(cfg.Python, env, language, cwd)
+	o.ProtocolPipe = cfg.ProtocolPipe
+	return o
 }
 
 // begin and end bracket a use of the sandbox: the idle clock stops while

@@ -12,7 +12,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"reflect"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
@@ -85,6 +87,65 @@ const initVersion = 1
 func Fingerprint() string {
 	return Shapes(initVersion, isolate.ConfigShape(), AgentConfig{}, State{})
 }
+
+// Stamp is a binary's full fingerprint: shapes (Fingerprint's, or the
+// sandbox binary's protocol) and, when the build knows it, which build this
+// is (BuildID). Compatible compares two.
+func Stamp(shapes string) string {
+	if id := BuildID(); id != "" {
+		return shapes + " " + id
+	}
+	return shapes
+}
+
+// Compatible reports whether a binary that printed got may serve a caller
+// whose own Stamp is want: the same shapes, and, when the caller knows its
+// build and it is a clean one, the same build. A binary the caller doesn't
+// know the build of (go test binaries aren't stamped; a tree with changes
+// can't tell one state from another) is judged by its shapes alone. The
+// build matters beyond the shapes: stage 1 does all of a sandbox's
+// hardening, and an init left over from an older build would run its
+// older hardening with unchanged shapes.
+func Compatible(got, want string) bool {
+	gs, gid, _ := strings.Cut(strings.TrimSpace(got), " ")
+	ws, wid, _ := strings.Cut(want, " ")
+	if gs != ws {
+		return false
+	}
+	if wid == "" || strings.HasSuffix(wid, dirty) {
+		return true
+	}
+	return gid == wid
+}
+
+// dirty ends the BuildID of a build from a tree with changes.
+const dirty = "+dirty"
+
+// BuildID names this binary's build: its module version when installed
+// as one (go install ...@v1.2.3), else the commit it was built from
+// (+dirty with changes), else "" (not stamped: go test, -buildvcs=false).
+var BuildID = sync.OnceValue(func() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev != "" && modified == "true" {
+		rev += dirty
+	}
+	return rev
+})
 
 // Shapes is a fingerprint of version and the shape (field names, types,
 // JSON tags) of the values' types.

@@ -192,11 +192,11 @@ const maxBytecode = 4<<20 + 256
 
 // InitMain is cmd/code-sandboxes-init's main: a local sandbox's stage 1,
 // which starts the default kernel early (Start) and re-executes into the
-// sandbox binary for stage 2 (isolate.Spec.InitPath), or the fingerprint
+// sandbox binary for stage 2 (isolate.Spec.Init), or the fingerprint
 // its caller asks for. It never returns.
 func InitMain() {
 	if os.Getenv(RoleEnv) == RoleFingerprint {
-		fmt.Println(Fingerprint())
+		fmt.Println(Stamp(Fingerprint()))
 		os.Exit(0)
 	}
 	if !isolate.IsChild() {

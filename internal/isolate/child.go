@@ -237,7 +237,7 @@ func stage1(cfg *childConfig) error {
 	// held without close-on-exec (inherited from whatever started it) would
 	// otherwise reach the agent and every process it starts. In place they
 	// are closed, not only close-on-exec: stage 2 may be this same image.
-	// Stage 1 run from its own binary (Spec.InitPath) can't go on as stage
+	// Stage 1 run from its own binary (Spec.Init) can't go on as stage
 	// 2 in place: this image is not the one stage 2 runs.
 	inPlace := wantInPlace() && cfg.InitFD == 0
 	closeFDs := cloexecFrom
@@ -408,8 +408,9 @@ func stage1(cfg *childConfig) error {
 		}
 	}
 	cfg.Stage = 2
-	// The host path of the rootfs is none of the sandbox's business.
-	cfg.Rootfs = ""
+	// The host path of the rootfs is none of the sandbox's business; stage
+	// 1's own binary is closed by the exec.
+	cfg.Rootfs, cfg.InitFD = "", 0
 	j, _ := json.Marshal(cfg)
 	env = append([]string{envKey + "=" + string(j)}, env...)
 	exe := "/proc/self/fd/" + strconv.Itoa(cfg.ExeFD)

@@ -28,9 +28,9 @@ import (
 //
 // The copy is made once per version of the binary (its device, inode, size,
 // modification and change times) and kept for the next sandboxes; the
-// directory keeps the three most recently used (a sandbox's binary and
-// stage 1's, Spec.InitPath, and one more for a binary upgraded under
-// running sandboxes). Nobody but the caller can
+// directory keeps the four most recently used (a sandbox's binary and
+// stage 1's, Spec.Init, and the versions before both were upgraded, for
+// sandboxes started meanwhile). Nobody but the caller can
 // write to it (0700), nobody can read it (0111), and the sandbox executes it
 // through a descriptor (/proc/self/fd/N), so the directory's mode doesn't
 // matter to it.
@@ -39,7 +39,7 @@ import (
 const execOnlyMode = 0o111
 
 // execOnlyKeep is how many copies (versions of the binary) a directory keeps.
-const execOnlyKeep = 3
+const execOnlyKeep = 4
 
 // execOnlyCopy returns an O_PATH descriptor of the execute-only copy of src
 // (an open file of the binary) in dir, making the copy if there is none.

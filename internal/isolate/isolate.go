@@ -117,7 +117,7 @@ type childConfig struct {
 	ExeFD    int `json:"exe"`
 	SyncFD   int `json:"sync"`
 	StatusFD int `json:"status"`
-	// InitFD is Spec.InitPath's fd stage 1 was executed from (0 = none:
+	// InitFD is Spec.Init's fd stage 1 was executed from (0 = none:
 	// it was ExeFD's binary). Stage 1 then always re-executes.
 	InitFD int `json:"init,omitempty"`
 	// BrokerFD, in stage 2 with a root user, is the root broker's status
@@ -214,21 +214,13 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		}
 		defer run.Close()
 	}
-	// Stage 1's own binary (Spec.InitPath), opened and copied the same way.
-	var initRun *os.File
-	if spec.InitPath != "" {
-		f, err := os.Open(spec.InitPath)
-		if err != nil {
-			return nil, fmt.Errorf("isolate: open stage 1's binary: %w", err)
+	// Stage 1's own binary (Spec.Init), copied the same way.
+	initRun := spec.Init
+	if initRun != nil && spec.ExecOnlyDir != "" {
+		if initRun, err = execOnlyCopy(spec.ExecOnlyDir, spec.Init); err != nil {
+			return nil, fmt.Errorf("isolate: execute-only copy of stage 1's binary %s in %s (a directory only this user can write to, on a filesystem that allows exec): %w", spec.Init.Name(), spec.ExecOnlyDir, err)
 		}
-		defer f.Close()
-		initRun = f
-		if spec.ExecOnlyDir != "" {
-			if initRun, err = execOnlyCopy(spec.ExecOnlyDir, f); err != nil {
-				return nil, fmt.Errorf("isolate: execute-only copy of stage 1's binary in %s (a directory only this user can write to, on a filesystem that allows exec): %w", spec.ExecOnlyDir, err)
-			}
-			defer initRun.Close()
-		}
+		defer initRun.Close()
 	}
 	// The rootfs is validated and opened here (again through the child's
 	// mount namespace below, for the same reason as the binary).
@@ -241,17 +233,6 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		cfg.Rootfs = rootfs.Name()
 		if err := checkInterpreter(exe, spec.Path, rootfs); err != nil {
 			return nil, err
-		}
-		if spec.InitPath != "" {
-			f, err := os.Open(spec.InitPath)
-			if err != nil {
-				return nil, fmt.Errorf("isolate: open stage 1's binary: %w", err)
-			}
-			err = checkInterpreter(f, spec.InitPath, rootfs)
-			f.Close()
-			if err != nil {
-				return nil, err
-			}
 		}
 	}
 	// The sync channel is a socket pair rather than a pipe: the release
@@ -310,7 +291,8 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 	n := len(spec.ExtraFiles)
 	cfg.ExeFD, cfg.SyncFD, cfg.StatusFD = 3+n, 4+n, 5+n
 	// What the clone executes: the binary, or stage 1's own after the
-	// status fd (stage 1 makes every fd from there close-on-exec).
+	// status fd (stage 1 makes every fd from there close-on-exec, and
+	// re-executes).
 	startFD, passed := cfg.ExeFD, []*os.File{run, syncR, statW}
 	if initRun != nil {
 		cfg.InitFD = 6 + n
@@ -486,7 +468,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		if p.TUN != nil {
 			p.TUN.Close()
 		}
-		return nil, fmt.Errorf("isolate: sandbox init exited before setup (%v); does %s call isolate.Child?", info, spec.Path)
+		return nil, fmt.Errorf("isolate: sandbox init exited before setup (%v); does %s call isolate.Child?", info, startName(spec))
 	}
 	if cfg.TUNByChild {
 		// The init sends the device it created, or dies and reports why on
@@ -538,7 +520,7 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		p.Kill()
 		info, _ := p.Wait()
 		p.Cleanup()
-		hint := fmt.Sprintf("does %s call isolate.Child?", spec.Path)
+		hint := fmt.Sprintf("does %s call isolate.Child?", startName(spec))
 		if spec.Rootfs != "" {
 			// Stage 2 is the binary re-executed inside the rootfs, with the
 			// rootfs's dynamic loader and C library.
@@ -633,6 +615,14 @@ func lastCap() int {
 
 // ConfigShape is a value of the type Start hands each stage of the child
 // (in JSON): binaries that run different stages of one sandbox
-// (Spec.InitPath) must agree on it, and a caller that checks a binary's
+// (Spec.Init) must agree on it, and a caller that checks a binary's
 // protocol describes it.
 func ConfigShape() any { return childConfig{} }
+
+// startName names the binary the clone executes, for messages.
+func startName(spec Spec) string {
+	if spec.Init != nil {
+		return spec.Init.Name() + " (stage 1) or " + spec.Path
+	}
+	return spec.Path
+}

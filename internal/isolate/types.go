@@ -135,17 +135,20 @@ type Spec struct {
 	// sandbox executes that, so that none of its processes running this
 	// binary is ever dumpable (execonly.go). "" executes Path itself.
 	ExecOnlyDir string
-	// InitPath, when set, is a smaller binary that runs stage 1 only (the
-	// setup, up to and with the early start, SetEarlyStart) and then
-	// re-executes Path for stage 2, which Path still runs (as the root
-	// broker and sudo). It must call IsChild/ChildAsync first thing in
-	// main, with the same early start as Path's stage 2 expects, and be
-	// built from the same source. Stage 1 then always re-executes (never
-	// hardens in place: the image it would go on in is not Path's). Why:
-	// stage 1's Go start is on a sandbox's critical path, and a binary
-	// that links only the setup starts in about half the time and pages.
-	// With ExecOnlyDir it runs from an execute-only copy too.
-	InitPath string
+	// Init, when set, is a smaller binary, opened by the caller (who
+	// checked it: Start executes this open file, never a path again), that
+	// runs stage 1 only (the setup, up to and with the early start,
+	// SetEarlyStart) and then re-executes Path for stage 2, which Path
+	// still runs (as the root broker and sudo). It must call
+	// IsChild/ChildAsync first thing in main, with the same early start as
+	// Path's stage 2 expects, and be built from the same source. Stage 1
+	// then always re-executes (never hardens in place: the image it would
+	// go on in is not Path's). It is executed on the host's filesystem,
+	// before the sandbox's root exists, so a rootfs's C library doesn't
+	// matter to it. Why: stage 1's Go start is on a sandbox's critical
+	// path, and a binary that links only the setup starts in about half the
+	// time and pages. With ExecOnlyDir it runs from an execute-only copy too.
+	Init *os.File
 
 	// Resource limits; 0 = unlimited. Enforced through cgroups v1 or v2.
 	// If a limit is set but cannot be enforced, Start fails.

@@ -149,58 +149,74 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	if !ok || !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s=%q: %w: not a regular file", source, p, sberr.ErrInvalidConfig)
 	}
-	if err := checkBinary(ctx, p, source, st, fi.Size(), protocolFingerprint()); err != nil {
+	label := fmt.Sprintf("%s=%q", source, p)
+	if _, err := checkBinary(ctx, p, label, st, fi.Size(), protocolFingerprint(), "./cmd/"+SandboxBinaryName); err != nil {
 		return "", err
 	}
 	return p, nil
 }
 
-// initBinary returns cmd/code-sandboxes-init (earlystart.InitName) when it
-// lies beside the sandbox binary exe and speaks this build's protocol, for
-// the sandbox's stage 1 (isolate.Spec.InitPath); "" when there is none or
-// exe is this program (a program re-executing itself has no init beside
-// it). One that is there but stale fails, as a stale sandbox binary does:
-// it means the two were not built together.
-func initBinary(ctx context.Context, exe string) (string, error) {
+// initBinary returns cmd/code-sandboxes-init (earlystart.InitName), as
+// checked, when it lies beside the sandbox binary exe (beside the file a
+// link names) and speaks this build's protocol, for the sandbox's stage 1
+// (isolate.Spec.Init); nil when there is none or exe is this program (a
+// program re-executing itself has no init beside it). It runs with every
+// capability in the sandbox's namespaces, so it must be as trusted as exe:
+// its owner exe's (or root), writable by nobody else. One that is there
+// but stale or not trusted fails the Create: it means the two were not
+// installed together.
+func initBinary(ctx context.Context, exe string) (*checkedBinary, error) {
 	if self, err := os.Executable(); err != nil || self == exe {
-		return "", nil
+		return nil, nil
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
 	}
 	p := filepath.Join(filepath.Dir(exe), earlystart.InitName)
+	label := fmt.Sprintf("the %s beside %s (%s)", earlystart.InitName, filepath.Base(exe), p)
 	fi, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
+		return nil, nil
 	}
-	source := "the " + earlystart.InitName + " beside " + exe
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", source, err)
+		return nil, fmt.Errorf("%s: %w: %w (make it readable, or remove it)", label, sberr.ErrInvalidConfig, err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s: %w: not a regular file (remove it, or put cmd/code-sandboxes-init's build there)", source, sberr.ErrInvalidConfig)
+		return nil, fmt.Errorf("%s: %w: not a regular file (remove it, or put cmd/%s's build there)", label, sberr.ErrInvalidConfig, earlystart.InitName)
 	}
-	if err := checkBinary(ctx, p, source, st, fi.Size(), earlystart.Fingerprint()); err != nil {
-		return "", err
+	var owner uint32
+	if xi, err := os.Stat(exe); err == nil {
+		if xst, ok := xi.Sys().(*syscall.Stat_t); ok {
+			owner = xst.Uid
+		}
 	}
-	return p, nil
+	if (st.Uid != owner && st.Uid != 0) || fi.Mode().Perm()&0o022 != 0 {
+		return nil, fmt.Errorf("%s: %w: owned by uid %d with mode %v, but it runs every sandbox's setup: it must belong to the sandbox binary's owner (uid %d) or root and be writable by its owner alone (chown, chmod go-w; or remove it)", label, sberr.ErrInvalidConfig, st.Uid, fi.Mode().Perm(), owner)
+	}
+	return checkBinary(ctx, p, label, st, fi.Size(), earlystart.Fingerprint(), "./cmd/"+earlystart.InitName)
 }
 
-// checkBinary checks that the binary p (found through source; st and size
-// its stat) reports the fingerprint want: asked once per file identity,
-// remembered in this process and across processes (fingerprintCache).
-func checkBinary(ctx context.Context, p, source string, st *syscall.Stat_t, size int64, want string) error {
+// checkBinary checks that the binary p (label names it and how it was
+// found; st and size its stat) reports the protocol shapes (and the build:
+// earlystart.Compatible), rebuilt from pkg if not: asked once per file
+// identity, remembered in this process and across processes
+// (fingerprintCache). It returns what was checked, for openChecked.
+func checkBinary(ctx context.Context, p, label string, st *syscall.Stat_t, size int64, shapes, pkg string) (*checkedBinary, error) {
+	want := earlystart.Stamp(shapes)
 	mtime, ctime := statTimes(st)
 	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: size, MtimeNs: mtime, CtimeNs: ctime, Fingerprint: want}
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
 	if sandboxBinSeen[p] == id {
-		return nil
+		return &id, nil
 	}
 	cache := fingerprintCache(p)
 	if cache != "" {
 		var c checkedBinary
 		if records.Read(cache, &c) == nil && c == id {
 			sandboxBinSeen[p] = id
-			return nil
+			return &id, nil
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
@@ -211,10 +227,10 @@ func checkBinary(ctx context.Context, p, source string, st *syscall.Stat_t, size
 	var out bytes.Buffer
 	cmd.Stdout = &limitedBuffer{buf: &out, left: 256}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s=%q: asking its protocol: %w (it must import github.com/code-sandboxes/code-sandboxes, as cmd/code-sandboxes-sandbox does)", source, p, err)
+		return nil, fmt.Errorf("%s: asking its protocol: %w (is it a build of %s?)", label, err, pkg)
 	}
-	if got := strings.TrimSpace(out.String()); got != want {
-		return fmt.Errorf("%s=%q: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s ./cmd/%s)", source, p, sberr.ErrInvalidConfig, got, want, p, filepath.Base(p))
+	if got := strings.TrimSpace(out.String()); !earlystart.Compatible(got, want) {
+		return nil, fmt.Errorf("%s: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s %s; the sandbox binary and the %s beside it go together)", label, sberr.ErrInvalidConfig, got, want, p, pkg, earlystart.InitName)
 	}
 	if len(sandboxBinSeen) >= 8 {
 		clear(sandboxBinSeen)
@@ -223,7 +239,32 @@ func checkBinary(ctx context.Context, p, source string, st *syscall.Stat_t, size
 	if cache != "" && os.MkdirAll(filepath.Dir(cache), 0o700) == nil {
 		_ = records.Write(cache, &id) // best effort: the next process asks again
 	}
-	return nil
+	return &id, nil
+}
+
+// openChecked opens the binary c names for executing it, and makes sure it
+// is still the file that was checked (its identity): one replaced since
+// is refused, not run.
+func openChecked(c checkedBinary) (*os.File, error) {
+	f, err := os.Open(c.Path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok {
+		mtime, ctime := statTimes(st)
+		ok = uint64(st.Dev) == c.Dev && st.Ino == c.Ino && fi.Size() == c.Size && mtime == c.MtimeNs && ctime == c.CtimeNs
+	}
+	if !ok {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w: replaced or changed since this Create checked it (try again once it is no longer being installed)", c.Path, sberr.ErrInvalidConfig)
+	}
+	return f, nil
 }
 
 // limitedBuffer keeps the first left bytes written and drops the rest.

@@ -2,11 +2,16 @@ package local
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/earlystart"
+	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
 // TestSandboxBinaryCheckRemembered: a sandbox binary's fingerprint check
@@ -22,7 +27,7 @@ func TestSandboxBinaryCheckRemembered(t *testing.T) {
 	script := func(fp string) []byte {
 		return []byte("#!/bin/sh\necho run >> " + runs + "\necho " + fp + "\n")
 	}
-	if err := os.WriteFile(bin, script(protocolFingerprint()), 0o755); err != nil {
+	if err := os.WriteFile(bin, script(earlystart.Stamp(protocolFingerprint())), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	count := func() int {
@@ -67,7 +72,7 @@ func TestSandboxBinaryCheckRemembered(t *testing.T) {
 
 	// Replaced by another file (rename: another inode).
 	tmp := bin + ".new"
-	if err := os.WriteFile(tmp, script(protocolFingerprint()), 0o755); err != nil {
+	if err := os.WriteFile(tmp, script(earlystart.Stamp(protocolFingerprint())), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
@@ -88,5 +93,54 @@ func TestSandboxBinaryCheckRemembered(t *testing.T) {
 	check(5, true)
 	if fi, err := os.Stat(cache); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Errorf("cache file: %v %v (want private to us)", fi.Mode(), err)
+	}
+}
+
+// TestOpenCheckedRefusesAReplacedBinary: the supervisor executes the init
+// binary the caller checked only if the file it opens is still that one: a
+// binary replaced (another inode) or rewritten (its ctime) between the
+// check and the open is refused with ErrInvalidConfig, not run.
+func TestOpenCheckedRefusesAReplacedBinary(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "code-sandboxes-init")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	checked := func() checkedBinary {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		mtime, ctime := statTimes(st)
+		return checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), MtimeNs: mtime, CtimeNs: ctime}
+	}
+	c := checked()
+	f, err := openChecked(c)
+	if err != nil {
+		t.Fatalf("the checked file: %v", err)
+	}
+	f.Close()
+
+	time.Sleep(10 * time.Millisecond) // a ctime the old one can't equal
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openChecked(c); err == nil {
+		f.Close()
+		t.Error("a binary rewritten since its check: opened")
+	} else if !errors.Is(err, sberr.ErrInvalidConfig) {
+		t.Errorf("a binary rewritten since its check: %v, want ErrInvalidConfig", err)
+	}
+	c = checked()
+	if err := os.Rename(p, p+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := openChecked(c); err == nil {
+		f.Close()
+		t.Error("a binary replaced since its check: opened")
 	}
 }

@@ -72,9 +72,9 @@ type shimSpec struct {
 	Image string `json:"image,omitempty"`
 	// ExecOnlyDir is isolate.Spec's (execOnlyDir).
 	ExecOnlyDir string `json:"exec_only_dir,omitempty"`
-	// Init is the binary the sandbox's stage 1 runs (isolate.Spec.InitPath,
-	// initBinary; "" = the sandbox binary runs it).
-	Init string `json:"init,omitempty"`
+	// Init is the binary the sandbox's stage 1 runs (isolate.Spec.Init), as
+	// the caller checked it (initBinary; nil = the sandbox binary runs it).
+	Init *checkedBinary `json:"init,omitempty"`
 }
 
 // agentConfig is what the shim hands the agent (earlystart.AgentConfig:
@@ -101,7 +101,7 @@ func Main() {
 	case roleGVisorAgent:
 		os.Exit(ctragent.Run("gvisor agent", runInGVisor))
 	case roleFingerprint:
-		fmt.Println(protocolFingerprint())
+		fmt.Println(earlystart.Stamp(protocolFingerprint()))
 		os.Exit(0)
 	}
 }
@@ -199,7 +199,6 @@ func runShim() int {
 		// The sandbox runs this binary from an execute-only copy, so that
 		// the agent is never dumpable (isolate's execonly.go).
 		ExecOnlyDir: spec.ExecOnlyDir,
-		InitPath:    spec.Init,
 		// /proc/self/exe still works when the binary was deleted after we
 		// started (go run removes its temporary build).
 		Path:          "/proc/self/exe",
@@ -218,6 +217,14 @@ func runShim() int {
 		Rootfs:        spec.Rootfs,
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
+	}
+	if spec.Init != nil {
+		f, err := openChecked(*spec.Init)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		ispec.Init = f
 	}
 	for _, k := range []string{EarlyKernelEnv, ReexecEnv} {
 		if v, ok := os.LookupEnv(k); ok {

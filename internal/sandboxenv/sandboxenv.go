@@ -78,5 +78,12 @@ func DefaultKernelOptions(python, workdir string, user map[string]string, toolsS
 	if workdir == "" {
 		workdir = DefaultWorkdir
 	}
-	return kernel.Options{Python: python, Cwd: workdir, Env: KernelEnv(user, toolsSocket), Language: "python"}
+	return KernelOptions(python, KernelEnv(user, toolsSocket), "python", workdir)
+}
+
+// KernelOptions are the options of every kernel an agent starts (the
+// agent adds its own protocol pipes, if any): one place, so that the
+// kernel stage 1 starts early is the one the agent would have started.
+func KernelOptions(python string, env []string, language, cwd string) kernel.Options {
+	return kernel.Options{Python: python, Cwd: cwd, Env: env, Language: language}
 }
