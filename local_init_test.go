@@ -21,8 +21,9 @@ import (
 // binary: the sandbox works as before (its early kernel adopted, the root
 // user's sudo, hardening in place asked for), user code holds no fd of
 // either binary, and a broken init fails the Create. An init that doesn't
-// speak this build's protocol, or isn't a file, is refused with
-// ErrInvalidConfig naming it; nothing is left behind.
+// speak this build's protocol, isn't a file, or is less trusted than the
+// sandbox binary (another owner, writable by others, a link) is refused with
+// ErrInvalidConfig naming it and never run; nothing is left behind.
 func TestLocalInitBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates sandboxes")
@@ -43,6 +44,14 @@ func TestLocalInitBinary(t *testing.T) {
 	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
 	t.Setenv(local.SandboxBinaryEnv, bin)
 
+	// Built with a umask of 002 (Debian's default for users): both
+	// group-writable, by the same group. The init is as trusted as the
+	// sandbox binary, and used.
+	for _, p := range []string{bin, init} {
+		if err := os.Chmod(p, 0o775); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Stage 1 from the init, hardening in place asked for or not (the init
 	// must re-execute either way: it can't go on as the agent).
 	for _, reexec := range []string{"", "0"} {
@@ -98,7 +107,7 @@ print(os.getppid(), [p for p in fds if 'exe' in p or 'code-sandboxes' in p])`)
 	if sb, err := sandboxes.Create(ctx, cfg); err == nil {
 		sb.Close()
 		t.Errorf("a broken %s: Create worked, so stage 1 did not run it", earlystart.InitName)
-	} else if errors.Is(err, sandboxes.ErrInvalidConfig) {
+	} else if errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "isolate:") {
 		t.Errorf("a broken %s: %v, want the sandbox's start to fail, not the check", earlystart.InitName, err)
 	}
 
@@ -141,16 +150,19 @@ print(os.getppid(), [p for p in fds if 'exe' in p or 'code-sandboxes' in p])`)
 	if err := os.Chmod(init, 0o775); err != nil {
 		t.Fatal(err)
 	}
-	untrusted := func(what string) {
+	if err := os.Chmod(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	untrusted := func(what, want string) {
 		t.Helper()
 		if sb, err := sandboxes.Create(ctx, cfg); err == nil {
 			sb.Close()
 			t.Errorf("%s %s: Create worked", what, earlystart.InitName)
-		} else if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "writable by its owner alone") {
-			t.Errorf("%s %s: %v, want ErrInvalidConfig saying whose it must be", what, earlystart.InitName, err)
+		} else if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s %s: %v, want ErrInvalidConfig saying %q", what, earlystart.InitName, err, want)
 		}
 	}
-	untrusted("a group-writable")
+	untrusted("a group-writable (the sandbox binary is not)", "no less trusted")
 	if os.Geteuid() == 0 {
 		if err := os.Chmod(init, 0o755); err != nil {
 			t.Fatal(err)
@@ -158,8 +170,17 @@ print(os.getppid(), [p for p in fds if 'exe' in p or 'code-sandboxes' in p])`)
 		if err := os.Chown(init, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
-		untrusted("another user's")
+		untrusted("another user's", "no less trusted")
 	}
+	// A link (in a shared directory it could name any system binary, which
+	// the check would run as the caller).
+	if err := os.Remove(init); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/bin/true", init); err != nil {
+		t.Fatal(err)
+	}
+	untrusted("a link as", "symbolic link")
 
 	// Without one the sandbox binary runs stage 1 itself, as before.
 	if err := os.Remove(init); err != nil {

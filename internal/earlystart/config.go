@@ -100,12 +100,13 @@ func Stamp(shapes string) string {
 
 // Compatible reports whether a binary that printed got may serve a caller
 // whose own Stamp is want: the same shapes, and, when the caller knows its
-// build and it is a clean one, the same build. A binary the caller doesn't
-// know the build of (go test binaries aren't stamped; a tree with changes
-// can't tell one state from another) is judged by its shapes alone. The
-// build matters beyond the shapes: stage 1 does all of a sandbox's
-// hardening, and an init left over from an older build would run its
-// older hardening with unchanged shapes.
+// own build and it is a clean one, the same build (a binary without one is
+// then refused too). A caller that doesn't know its build (go test
+// binaries aren't stamped, nor builds with -buildvcs=false) or can't tell
+// one state of its tree from another (+dirty) judges by the shapes alone.
+// The build matters beyond the shapes: stage 1 does all of a sandbox's
+// hardening, and an init left over from an older build would run its older
+// hardening with unchanged shapes.
 func Compatible(got, want string) bool {
 	gs, gid, _ := strings.Cut(strings.TrimSpace(got), " ")
 	ws, wid, _ := strings.Cut(want, " ")
@@ -121,12 +122,29 @@ func Compatible(got, want string) bool {
 // dirty ends the BuildID of a build from a tree with changes.
 const dirty = "+dirty"
 
-// BuildID names this binary's build: its module version when installed
-// as one (go install ...@v1.2.3), else the commit it was built from
-// (+dirty with changes), else "" (not stamped: go test, -buildvcs=false).
+// modulePath is this project's module, whose build BuildID names.
+const modulePath = "github.com/code-sandboxes/code-sandboxes"
+
+// BuildID names the build of this project's code in this binary: the
+// module's version (a release, or since Go 1.24 a pseudo-version of the
+// commit a plain go build was made from, +dirty with changes), in the
+// program itself or as the dependency of a program that imports it (what
+// its go.sum pinned); else the commit it was built from; else "" (not
+// stamped: go test, -buildvcs=false, a replace by a local directory).
 var BuildID = sync.OnceValue(func() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		return ""
+	}
+	if bi.Main.Path != modulePath {
+		for _, d := range bi.Deps {
+			if d.Path == modulePath {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				return d.Version
+			}
+		}
 		return ""
 	}
 	if v := bi.Main.Version; v != "" && v != "(devel)" {

@@ -39,7 +39,8 @@ import (
 // file's identity), and a mismatch fails Create with what to do.
 const SandboxBinaryEnv = "CODE_SANDBOXES_SANDBOX_BINARY"
 
-// roleFingerprint: print protocolFingerprint and exit (sandboxBinary's check).
+// roleFingerprint: print the stamped protocolFingerprint and exit
+// (checkBinary).
 const roleFingerprint = earlystart.RoleFingerprint
 
 // protocolVersion is bumped when what the caller and the sandbox's
@@ -58,7 +59,8 @@ var protocolFingerprint = sync.OnceValue(func() string {
 // fingerprint.
 const fingerprintTimeout = 10 * time.Second
 
-// checkedBinary is a sandbox binary that reported a fingerprint, pinned by
+// checkedBinary is a binary (the sandbox binary, or the init beside it)
+// that reported a fingerprint, pinned by
 // its file's identity: a replaced (another inode) or rewritten (mtime, and
 // the ctime nobody can set back) binary is asked again.
 type checkedBinary struct {
@@ -72,7 +74,7 @@ type checkedBinary struct {
 }
 
 // fingerprintCache is the file, in the caller's cache directory, that
-// remembers a sandbox binary that reported our fingerprint, by path and
+// remembers a binary that reported our fingerprint, by path and
 // identity: each run of the CLI is a new process, and asking the binary
 // costs it ~3 ms. "" when there is no cache directory.
 func fingerprintCache(path string) string {
@@ -102,7 +104,8 @@ var (
 // code-sandboxes-sandbox in the same directory as this program's
 // executable, when there is one and neither Options.SandboxBinary nor
 // SandboxBinaryEnv names another: what `make build` ships beside the CLI.
-// It is checked by its fingerprint like any other: a stale one fails
+// It is checked by its fingerprint like any other, and must be no less
+// trusted than this program (openBeside): a stale or untrusted one fails
 // Create with what to do, never runs. Call it first thing in main.
 func UseSandboxBinaryBeside() {
 	exe, err := os.Executable()
@@ -121,6 +124,9 @@ func UseSandboxBinaryBeside() {
 	sandboxBinMu.Unlock()
 }
 
+// besideSource names UseSandboxBinaryBeside's binary in messages.
+const besideSource = "the " + SandboxBinaryName + " beside this program"
+
 // sandboxBinary returns the binary a sandbox's processes run, once checked:
 // explicit (Options.SandboxBinary), else the one SandboxBinaryEnv names,
 // else UseSandboxBinaryBeside's, else this program. A check is remembered
@@ -132,7 +138,7 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	}
 	if p == "" {
 		sandboxBinMu.Lock()
-		p, source = besideBinary, "the "+SandboxBinaryName+" beside this program"
+		p, source = besideBinary, besideSource
 		sandboxBinMu.Unlock()
 	}
 	if p == "" {
@@ -141,16 +147,35 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 	if !filepath.IsAbs(p) {
 		return "", fmt.Errorf("%s=%q: %w: give an absolute path", source, p, sberr.ErrInvalidConfig)
 	}
-	fi, err := os.Stat(p)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", source, err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("%s=%q: %w: not a regular file", source, p, sberr.ErrInvalidConfig)
-	}
 	label := fmt.Sprintf("%s=%q", source, p)
-	if _, err := checkBinary(ctx, p, label, st, fi.Size(), protocolFingerprint(), "./cmd/"+SandboxBinaryName); err != nil {
+	var f *os.File
+	var st *syscall.Stat_t
+	if source == besideSource {
+		// Found, not named: no less trusted than this program, or a file
+		// anyone dropped beside it would run as us.
+		self, err := os.Executable()
+		if err == nil {
+			self, err = filepath.EvalSymlinks(self)
+		}
+		if err == nil {
+			f, st, err = openBeside(self, p)
+		}
+		if err != nil {
+			return "", fmt.Errorf("%s: %w: %w", label, sberr.ErrInvalidConfig, err)
+		}
+		defer f.Close()
+	} else {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", source, err)
+		}
+		var ok bool
+		st, ok = fi.Sys().(*syscall.Stat_t)
+		if !ok || !fi.Mode().IsRegular() {
+			return "", fmt.Errorf("%s: %w: not a regular file", label, sberr.ErrInvalidConfig)
+		}
+	}
+	if _, err := checkBinary(ctx, p, f, label, st, protocolFingerprint(), "./cmd/"+SandboxBinaryName); err != nil {
 		return "", err
 	}
 	return p, nil
@@ -161,10 +186,10 @@ func sandboxBinary(ctx context.Context, explicit string) (string, error) {
 // link names) and speaks this build's protocol, for the sandbox's stage 1
 // (isolate.Spec.Init); nil when there is none or exe is this program (a
 // program re-executing itself has no init beside it). It runs with every
-// capability in the sandbox's namespaces, so it must be as trusted as exe:
-// its owner exe's (or root), writable by nobody else. One that is there
-// but stale or not trusted fails the Create: it means the two were not
-// installed together.
+// capability in the sandbox's namespaces, so it must be as trusted as exe
+// (openBeside); it is opened once, and checked and run from that open
+// file. One there but stale or less trusted fails the Create with what to
+// do, never runs.
 func initBinary(ctx context.Context, exe string) (*checkedBinary, error) {
 	if self, err := os.Executable(); err != nil || self == exe {
 		return nil, nil
@@ -174,38 +199,69 @@ func initBinary(ctx context.Context, exe string) (*checkedBinary, error) {
 	}
 	p := filepath.Join(filepath.Dir(exe), earlystart.InitName)
 	label := fmt.Sprintf("the %s beside %s (%s)", earlystart.InitName, filepath.Base(exe), p)
-	fi, err := os.Stat(p)
+	f, st, err := openBeside(exe, p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %w (make it readable, or remove it)", label, sberr.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%s: %w: %w", label, sberr.ErrInvalidConfig, err)
+	}
+	defer f.Close()
+	return checkBinary(ctx, p, f, label, st, earlystart.Fingerprint(), "./cmd/"+earlystart.InitName)
+}
+
+// openBeside opens the binary p, found beside anchor (a binary already
+// trusted), to check and run it: only if it is no less trusted than anchor
+// -- a regular file, not a link (one dropped in a shared directory could
+// name any system binary, which the check would then run), owned by
+// anchor's owner or root, and writable by nobody anchor isn't (a group's
+// write only if anchor grants it to the same group, as a umask of 002
+// makes for both; others' never). Not there: fs.ErrNotExist.
+func openBeside(anchor, p string) (*os.File, *syscall.Stat_t, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, nil, errors.New("a symbolic link: put the file itself there, or remove it")
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(e error) (*os.File, *syscall.Stat_t, error) {
+		f.Close()
+		return nil, nil, e
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fail(err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w: not a regular file (remove it, or put cmd/%s's build there)", label, sberr.ErrInvalidConfig, earlystart.InitName)
+		return fail(errors.New("not a regular file: remove it"))
 	}
-	var owner uint32
-	if xi, err := os.Stat(exe); err == nil {
-		if xst, ok := xi.Sys().(*syscall.Stat_t); ok {
-			owner = xst.Uid
-		}
+	ai, err := os.Stat(anchor)
+	if err != nil {
+		return fail(err)
 	}
-	if (st.Uid != owner && st.Uid != 0) || fi.Mode().Perm()&0o022 != 0 {
-		return nil, fmt.Errorf("%s: %w: owned by uid %d with mode %v, but it runs every sandbox's setup: it must belong to the sandbox binary's owner (uid %d) or root and be writable by its owner alone (chown, chmod go-w; or remove it)", label, sberr.ErrInvalidConfig, st.Uid, fi.Mode().Perm(), owner)
+	ast, ok := ai.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fail(errors.New("no owner to compare with"))
 	}
-	return checkBinary(ctx, p, label, st, fi.Size(), earlystart.Fingerprint(), "./cmd/"+earlystart.InitName)
+	mode, amode := fi.Mode().Perm(), ai.Mode().Perm()
+	if (st.Uid != ast.Uid && st.Uid != 0) || mode&0o002 != 0 || (mode&0o020 != 0 && (amode&0o020 == 0 || st.Gid != ast.Gid)) {
+		return fail(fmt.Errorf("owned by uid %d gid %d with mode %v beside %s (uid %d gid %d, mode %v): it runs every sandbox's setup, so it must be no less trusted than that (chown it to the same owner, chmod go-w; or remove it)", st.Uid, st.Gid, mode, anchor, ast.Uid, ast.Gid, amode))
+	}
+	return f, st, nil
 }
 
 // checkBinary checks that the binary p (label names it and how it was
-// found; st and size its stat) reports the protocol shapes (and the build:
+// found; st its stat; f, when not nil, the open file to run rather than
+// the path) reports the protocol shapes (and the build:
 // earlystart.Compatible), rebuilt from pkg if not: asked once per file
 // identity, remembered in this process and across processes
 // (fingerprintCache). It returns what was checked, for openChecked.
-func checkBinary(ctx context.Context, p, label string, st *syscall.Stat_t, size int64, shapes, pkg string) (*checkedBinary, error) {
+func checkBinary(ctx context.Context, p string, f *os.File, label string, st *syscall.Stat_t, shapes, pkg string) (*checkedBinary, error) {
 	want := earlystart.Stamp(shapes)
 	mtime, ctime := statTimes(st)
-	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: size, MtimeNs: mtime, CtimeNs: ctime, Fingerprint: want}
+	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size, MtimeNs: mtime, CtimeNs: ctime, Fingerprint: want}
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
 	if sandboxBinSeen[p] == id {
@@ -221,7 +277,16 @@ func checkBinary(ctx context.Context, p, label string, st *syscall.Stat_t, size 
 	}
 	ctx, cancel := context.WithTimeout(ctx, fingerprintTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, p)
+	run := p
+	if f != nil {
+		// The open file, inherited as fd 3 (not close-on-exec: a script's
+		// interpreter opens its path again).
+		run = "/proc/self/fd/3"
+	}
+	cmd := exec.CommandContext(ctx, run)
+	if f != nil {
+		cmd.ExtraFiles = []*os.File{f}
+	}
 	cmd.Args = []string{"code-sandboxes-fingerprint"}
 	cmd.Env = append(minimalHostEnv(), roleEnv+"="+roleFingerprint)
 	var out bytes.Buffer
@@ -230,7 +295,7 @@ func checkBinary(ctx context.Context, p, label string, st *syscall.Stat_t, size 
 		return nil, fmt.Errorf("%s: asking its protocol: %w (is it a build of %s?)", label, err, pkg)
 	}
 	if got := strings.TrimSpace(out.String()); !earlystart.Compatible(got, want) {
-		return nil, fmt.Errorf("%s: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s %s; the sandbox binary and the %s beside it go together)", label, sberr.ErrInvalidConfig, got, want, p, pkg, earlystart.InitName)
+		return nil, fmt.Errorf("%s: %w: it speaks protocol %q, this program %q: rebuild it from the same source as this program (make build, or go build -o %s %s)", label, sberr.ErrInvalidConfig, got, want, p, pkg)
 	}
 	if len(sandboxBinSeen) >= 8 {
 		clear(sandboxBinSeen)

@@ -144,3 +144,67 @@ func TestOpenCheckedRefusesAReplacedBinary(t *testing.T) {
 		t.Error("a binary replaced since its check: opened")
 	}
 }
+
+// TestOpenBesideTrustsNoLessThanItsAnchor: a binary found beside another
+// (the sandbox binary beside the program, the init beside the sandbox
+// binary) is opened only if it is no less trusted: a link, one others may
+// write, one its group may write when the anchor's may not, or (as root)
+// another user's is refused; the same owner and modes are fine, and so is a
+// group's write the anchor grants too.
+func TestOpenBesideTrustsNoLessThanItsAnchor(t *testing.T) {
+	dir := t.TempDir()
+	anchor := filepath.Join(dir, "anchor")
+	p := filepath.Join(dir, "beside")
+	write := func(path string, mode os.FileMode) {
+		t.Helper()
+		os.Remove(path)
+		if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	try := func(what string, wantOK bool) {
+		t.Helper()
+		f, _, err := openBeside(anchor, p)
+		if f != nil {
+			f.Close()
+		}
+		if (err == nil) != wantOK {
+			t.Errorf("%s: %v, want ok=%v", what, err, wantOK)
+		}
+	}
+	write(anchor, 0o755)
+	write(p, 0o755)
+	try("the same owner and mode", true)
+	write(p, 0o775)
+	try("group-writable beside a binary that is not", false)
+	write(anchor, 0o775)
+	try("group-writable beside a group-writable binary of the same group", true)
+	write(p, 0o757)
+	try("writable by others", false)
+	os.Remove(p)
+	if err := os.Symlink(anchor, p); err != nil {
+		t.Fatal(err)
+	}
+	try("a link (to the anchor itself)", false)
+	if _, _, err := openBeside(anchor, filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v, want ErrNotExist", err)
+	}
+	if os.Geteuid() == 0 {
+		write(anchor, 0o755)
+		write(p, 0o755)
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		try("another user's", false)
+		if err := os.Chown(p, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(anchor, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		try("root's beside another user's binary", true)
+	}
+}

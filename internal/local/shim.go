@@ -223,7 +223,6 @@ func runShim() int {
 		if err != nil {
 			return fail(err)
 		}
-		defer f.Close()
 		ispec.Init = f
 	}
 	for _, k := range []string{EarlyKernelEnv, ReexecEnv} {
@@ -274,6 +273,9 @@ func runShim() int {
 	trace.Mark("shim: isolate.Start returned")
 	if pycFile != nil {
 		pycFile.Close()
+	}
+	if ispec.Init != nil {
+		ispec.Init.Close() // the sandbox executed it (or never will)
 	}
 	cfgR.Close()
 	lnFile.Close()
