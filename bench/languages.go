@@ -33,10 +33,14 @@ func languagesBench(ctx context.Context, rep *strings.Builder) {
 		check(err)
 		scripts, err := os.MkdirTemp(dir, "scripts-")
 		check(err)
+		// The kernels' temporary files under dir too: a kernel ends with
+		// SIGKILL when its session closes, and R's session directory
+		// (TMPDIR/RtmpXXXXXX) would stay in the host's /tmp, 21 a run.
+		env := append(os.Environ(), "TMPDIR="+dir)
 		var firsts, peers []float64
 		var peerErr error
 		for i := 0; i < *nCold; i++ {
-			f, err := langFirstResult(ctx, l, scripts)
+			f, err := langFirstResult(ctx, l, scripts, env)
 			check(err)
 			firsts = append(firsts, f)
 			if peerErr == nil {
@@ -46,7 +50,7 @@ func languagesBench(ctx context.Context, rep *strings.Builder) {
 				}
 			}
 		}
-		rtts, err := langRoundTrips(ctx, l, scripts, *nRTT)
+		rtts, err := langRoundTrips(ctx, l, scripts, env, *nRTT)
 		check(err)
 		fs, rs := summarize(firsts), summarize(rtts)
 		peerCell, ratioF, ratioR := "not measured: "+fmt.Sprint(peerErr), "-", "-"
@@ -77,9 +81,9 @@ func peerShown(args []string) []string {
 
 // langFirstResult: a new session of l's kernel until the cell's first
 // output, then closed.
-func langFirstResult(ctx context.Context, l kernel.BenchLanguage, scripts string) (float64, error) {
+func langFirstResult(ctx context.Context, l kernel.BenchLanguage, scripts string, env []string) (float64, error) {
 	t := time.Now()
-	s := kernel.NewSession(kernel.Options{Python: *python, ScriptDir: scripts, Language: l.Lang, Cwd: os.TempDir()})
+	s := kernel.NewSession(kernel.Options{Python: *python, ScriptDir: scripts, Language: l.Lang, Cwd: os.TempDir(), Env: env})
 	defer s.Close()
 	got := false
 	if _, err := s.Execute(ctx, kernel.Request{Code: l.Cell}, func(e kernel.Event) {
@@ -94,8 +98,8 @@ func langFirstResult(ctx context.Context, l kernel.BenchLanguage, scripts string
 }
 
 // langRoundTrips: n runs of the cell on one session after the setup.
-func langRoundTrips(ctx context.Context, l kernel.BenchLanguage, scripts string, n int) ([]float64, error) {
-	s := kernel.NewSession(kernel.Options{Python: *python, ScriptDir: scripts, Language: l.Lang, Cwd: os.TempDir()})
+func langRoundTrips(ctx context.Context, l kernel.BenchLanguage, scripts string, env []string, n int) ([]float64, error) {
+	s := kernel.NewSession(kernel.Options{Python: *python, ScriptDir: scripts, Language: l.Lang, Cwd: os.TempDir(), Env: env})
 	defer s.Close()
 	if _, err := s.Execute(ctx, kernel.Request{Code: l.Setup}, nil); err != nil {
 		return nil, fmt.Errorf("%s setup: %w", l.Lang, err)
