@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,7 +22,16 @@ func needInterpreter(t testing.TB, lang string) {
 
 func langSession(t *testing.T, lang string) *Session {
 	needInterpreter(t, lang)
-	return newTestSession(t, func(o *Options) { o.Language = lang; o.KillGrace = 2 * time.Second })
+	// The kernel's temporary files in a directory of the test's own (made
+	// before the session, so removed after its Close): a closed session's
+	// kernel ends with SIGKILL, and R's session directory
+	// (TMPDIR/RtmpXXXXXX) stayed in the host's /tmp.
+	tmp := t.TempDir()
+	return newTestSession(t, func(o *Options) {
+		o.Language = lang
+		o.KillGrace = 2 * time.Second
+		o.Env = append(os.Environ(), "TMPDIR="+tmp)
+	})
 }
 
 func TestBashKernel(t *testing.T) {
