@@ -16,7 +16,7 @@ type EnvdOptions struct {
 	Workdir     string
 	Env         map[string]string
 	// Contract gives commands the sandbox contract's environment
-	// (SandboxEnv: LANG, TZ, SHELL, …) under Env, as kernels get it.
+	// (sandboxenv.Env: LANG, TZ, SHELL, …) under Env, as kernels get it.
 	Contract bool
 	// Sudo is the sandbox's sudo when it has a root user (the local
 	// variant's, isolate.SudoPath), and Root that user's identity as the

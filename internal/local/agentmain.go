@@ -47,9 +47,9 @@ func runAgent() int {
 	trace.Seal()
 	trace.Mark("agent: isolated")
 	lnFile := os.NewFile(3, "listener")
-	cfgFile := os.NewFile(4, "config")
+	cfgFile := os.NewFile(earlystart.ConfigFD, "config")
 	var cfg agentConfig
-	if err := json.NewDecoder(io.LimitReader(cfgFile, 1<<20)).Decode(&cfg); err != nil {
+	if err := json.NewDecoder(io.LimitReader(cfgFile, earlystart.MaxConfig)).Decode(&cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "code-sandboxes agent: reading config:", err)
 		return 1
 	}

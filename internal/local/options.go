@@ -61,7 +61,7 @@ func (o Options) Resolved() Options {
 // EarlyKernelEnv, "0" in the environment of the program that creates local
 // sandboxes, makes the agent start each sandbox's default python kernel
 // itself, as before, instead of the sandbox's stage 1 right before its
-// re-exec into the agent (startKernelEarly). The early start measured
+// re-exec into the agent (earlystart.Start). The early start measured
 // 1.3-3.3 ms faster on an idle 2-core host (bench -ab with -ab-b-env, 30-60
 // pairs, six runs; A/A noise 0.2 ms), and no better, up to a few ms worse,
 // on a busy one, where python becomes a third CPU-bound start beside the

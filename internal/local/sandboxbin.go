@@ -260,8 +260,8 @@ func openBeside(anchor, p string) (*os.File, *syscall.Stat_t, error) {
 // (fingerprintCache). It returns what was checked, for openChecked.
 func checkBinary(ctx context.Context, p string, f *os.File, label string, st *syscall.Stat_t, shapes, pkg string) (*checkedBinary, error) {
 	want := earlystart.Stamp(shapes)
-	mtime, ctime := statTimes(st)
-	id := checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size, MtimeNs: mtime, CtimeNs: ctime, Fingerprint: want}
+	id := identityOf(p, st)
+	id.Fingerprint = want
 	sandboxBinMu.Lock()
 	defer sandboxBinMu.Unlock()
 	if sandboxBinSeen[p] == id {
@@ -307,6 +307,13 @@ func checkBinary(ctx context.Context, p string, f *os.File, label string, st *sy
 	return &id, nil
 }
 
+// identityOf is the identity of the file at p with stat st, which a
+// check is pinned to (no fingerprint yet).
+func identityOf(p string, st *syscall.Stat_t) checkedBinary {
+	mtime, ctime := statTimes(st)
+	return checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size, MtimeNs: mtime, CtimeNs: ctime}
+}
+
 // openChecked opens the binary c names for executing it, and makes sure it
 // is still the file that was checked (its identity): one replaced since
 // is refused, not run.
@@ -322,8 +329,9 @@ func openChecked(c checkedBinary) (*os.File, error) {
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if ok {
-		mtime, ctime := statTimes(st)
-		ok = uint64(st.Dev) == c.Dev && st.Ino == c.Ino && fi.Size() == c.Size && mtime == c.MtimeNs && ctime == c.CtimeNs
+		now := identityOf(c.Path, st)
+		now.Fingerprint = c.Fingerprint
+		ok = now == c
 	}
 	if !ok {
 		f.Close()

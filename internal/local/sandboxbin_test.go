@@ -111,9 +111,7 @@ func TestOpenCheckedRefusesAReplacedBinary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := fi.Sys().(*syscall.Stat_t)
-		mtime, ctime := statTimes(st)
-		return checkedBinary{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), MtimeNs: mtime, CtimeNs: ctime}
+		return identityOf(p, fi.Sys().(*syscall.Stat_t))
 	}
 	c := checked()
 	f, err := openChecked(c)

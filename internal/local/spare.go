@@ -44,7 +44,7 @@ const SpareSupervisorEnv = "CODE_SANDBOXES_SPARE_SUPERVISOR"
 const shimSpareEnv = "CODE_SANDBOXES_SHIM_SPARE"
 
 // maxSpareSpec bounds the spec a spare reads (the agent's config is bounded
-// by maxAgentConfig; the rest is small).
+// by earlystart.MaxConfig; the rest is small).
 const maxSpareSpec = 4 << 20
 
 // maxSpareKinds bounds how many spares a process keeps (one per kind).
