@@ -43,24 +43,37 @@ func runOuter(name string, ln *net.UnixListener, cfg Config) int {
 	if !records.DockerUIDs.Contains(cfg.HostUID) {
 		return fail(name, "the config's host uid %d is not one of the docker variant's range", cfg.HostUID)
 	}
-	inner, err := startInner(ln, cfg)
+	inner, cfgw, err := startInner(ln, cfg.HostUID)
 	if err != nil {
 		return fail(name, "starting the agent in the sandbox's user namespace: %v", err)
 	}
+	abort := func(format string, a ...any) int {
+		cfgw.Close()
+		_ = inner.Process.Kill()
+		_ = inner.Wait()
+		return fail(name, format, a...)
+	}
 	// Nothing of ours runs as host root any more: the sandbox's own host
 	// uid, no capability, not dumpable, our seccomp filter. (User code
-	// can't reach us anyway: we are outside its pid namespace.)
+	// can't reach us anyway: we are outside its pid namespace.) All of it
+	// before the agent has its config: it serves nothing, so no user code
+	// runs, while we are still host root (the agent reads the config before
+	// it accepts a connection).
 	if err := DropPrivilegesTo(cfg.HostUID, cfg.HostUID); err != nil {
-		_ = inner.Process.Kill()
-		return fail(name, "dropping privileges: %v", err)
+		return abort("dropping privileges: %v", err)
 	}
 	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); errno != 0 {
-		_ = inner.Process.Kill()
-		return fail(name, "prctl(PR_SET_DUMPABLE, 0): %v", errno)
+		return abort("prctl(PR_SET_DUMPABLE, 0): %v", errno)
 	}
 	if err := isolate.LoadSeccompAllThreads(); err != nil {
-		_ = inner.Process.Kill()
-		return fail(name, "installing the seccomp filter: %v", err)
+		return abort("installing the seccomp filter: %v", err)
+	}
+	err = json.NewEncoder(cfgw).Encode(cfg)
+	if cerr := cfgw.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return abort("handing the agent its config: %v", err)
 	}
 	agent.IgnoreSignals()
 	err = inner.Wait()
@@ -81,12 +94,12 @@ func runOuter(name string, ln *net.UnixListener, cfg Config) int {
 // startInner starts this binary again as the agent proper (InnerRole) in
 // new user, pid and mount namespaces, as the contract's user (uid 1000 gid
 // 100 inside = the sandbox's host uid outside), handing it the listener
-// (fd 3) and its config through a pipe (fd 4: not the environment, which
-// user code could read).
-func startInner(ln *net.UnixListener, cfg Config) (*exec.Cmd, error) {
+// (fd 3) and returning the pipe (its fd 4) that the caller writes its
+// config to: not the environment, which user code could read.
+func startInner(ln *net.UnixListener, hostUID int) (*exec.Cmd, *os.File, error) {
 	lf, err := ln.File()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer lf.Close()
 	// Our copy must not unlink the socket the agent serves on.
@@ -94,7 +107,7 @@ func startInner(ln *net.UnixListener, cfg Config) (*exec.Cmd, error) {
 	ln.Close()
 	cr, cw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cr.Close()
 	cmd := exec.Command("/proc/self/exe")
@@ -105,8 +118,8 @@ func startInner(ln *net.UnixListener, cfg Config) (*exec.Cmd, error) {
 	cmd.ExtraFiles = []*os.File{lf, cr}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: cfg.HostUID, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: cfg.HostUID, Size: 1}},
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: hostUID, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: hostUID, Size: 1}},
 		// We map as a privileged writer (CAP_SETGID outside): setgroups
 		// stays allowed, for the agent to empty its groups.
 		GidMappingsEnableSetgroups: true,
@@ -120,20 +133,11 @@ func startInner(ln *net.UnixListener, cfg Config) (*exec.Cmd, error) {
 	// The namespace owned by the sandbox's host uid, not root: per-user
 	// counts (inotify instances…) are charged to the owner as well
 	// (isolate.StartOwnedBy).
-	if err := isolate.StartOwnedBy(cmd, cfg.HostUID); err != nil {
+	if err := isolate.StartOwnedBy(cmd, hostUID); err != nil {
 		cw.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	err = json.NewEncoder(cw).Encode(cfg)
-	if cerr := cw.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("handing the agent its config: %w", err)
-	}
-	return cmd, nil
+	return cmd, cw, nil
 }
 
 // RunInner is the agent proper of a sandbox with a host uid of its own: PID
