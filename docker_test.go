@@ -351,13 +351,15 @@ func TestDockerSweep(t *testing.T) {
 
 	// A sandbox whose lifetime ends: its agent exits, the engine removes the
 	// container (AutoRemove), and the next Sweep removes its directory.
-	short := newDocker(t, func(c *sandboxes.Config) { c.MaxLifetime = 2 * time.Second })
+	// (Long enough to find its container first on a busy host: the
+	// lifetime runs from the agent's start, before Create returns.)
+	short := newDocker(t, func(c *sandboxes.Config) { c.MaxLifetime = 8 * time.Second })
 	ct, ok = containerOf(t, c, short.ID())
 	if !ok {
 		t.Fatal("no container")
 	}
 	dir = sandboxDir(t, ct)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(40 * time.Second)
 	for {
 		if _, exists := containerOf(t, c, short.ID()); !exists {
 			break

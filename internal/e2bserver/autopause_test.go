@@ -48,12 +48,17 @@ func TestAutoPauseGVisor(t *testing.T) {
 	needGVisorServe(t)
 	s, base := testServer(t, Options{Config: sandboxes.Config{Isolation: sandboxes.IsolationGVisor}})
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","autoPause":true,"allow_internet_access":true}`, 400, "internet")
-	a := createSB(t, base, testKey, `{"templateID":"base","timeout":3,"autoPause":true,"autoResume":{"enabled":true}}`)
+	// A timeout long enough for the create and the first cell on a busy
+	// host, then a short one: the timeout's clock starts at the create.
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":60,"autoPause":true,"autoResume":{"enabled":true}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run := runner(ctx, t, s, a.SandboxID)
 	run("x = 40")
 	u := base + "/sandboxes/" + a.SandboxID
+	if resp := call(t, "POST", u+"/timeout", testKey, `{"timeout":2}`, nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("timeout: %d", resp.StatusCode)
+	}
 	details := func() sandboxDetail {
 		t.Helper()
 		var d sandboxDetail
@@ -112,12 +117,17 @@ func TestAutoPauseGVisor(t *testing.T) {
 func TestAutoPausedRefusesTraffic(t *testing.T) {
 	needGVisorServe(t)
 	s, base := testServer(t, Options{Config: sandboxes.Config{Isolation: sandboxes.IsolationGVisor}})
-	a := createSB(t, base, testKey, `{"templateID":"base","timeout":2,"autoPause":true}`)
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":60,"autoPause":true}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	run := runner(ctx, t, s, a.SandboxID)
 	run("x = 40")
 	u := base + "/sandboxes/" + a.SandboxID
+	// Short only now: its clock starts at the create, which with the first
+	// cell can take seconds on a busy host.
+	if resp := call(t, "POST", u+"/timeout", testKey, `{"timeout":1}`, nil, nil); resp.StatusCode != 204 {
+		t.Fatalf("timeout: %d", resp.StatusCode)
+	}
 	h := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": a.EnvdAccessToken}
 	for ctx.Err() == nil {
 		var d sandboxDetail

@@ -29,7 +29,9 @@ func langSession(t *testing.T, lang string) *Session {
 	tmp := t.TempDir()
 	return newTestSession(t, func(o *Options) {
 		o.Language = lang
-		o.KillGrace = 2 * time.Second
+		// Generous: every test here wants the interrupt to work without a
+		// kill, and a busy host can slow an interpreter's answer to it.
+		o.KillGrace = 10 * time.Second
 		o.Env = append(os.Environ(), "TMPDIR="+tmp)
 	})
 }
