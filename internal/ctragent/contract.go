@@ -2,7 +2,8 @@ package ctragent
 
 import (
 	"os"
-	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/agentconfig"
 )
 
 // What the host and the agent share: the run directory's paths, the
@@ -26,16 +27,7 @@ const (
 // same fields as the local variant's; not the environment, which user code
 // could read in /proc/1/environ).
 type Config struct {
-	ID       string            `json:"id"`
-	Token    string            `json:"token"`
-	Python   string            `json:"python"`
-	Workdir  string            `json:"workdir"`
-	Env      map[string]string `json:"env"`
-	Lifetime time.Duration     `json:"lifetime"`
-	// IdleTimeout ends the sandbox after this long unused (0 = never).
-	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
-	// NoPrewarm leaves the default kernel to start on first use.
-	NoPrewarm bool `json:"no_prewarm,omitempty"`
+	agentconfig.Base
 	// SocketMode is the agent socket's mode: 0600 when the host side is
 	// root (who connects whatever the owner), so code in the sandbox can't
 	// even connect; 0 = 0666, for callers that aren't root (the token is

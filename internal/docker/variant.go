@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	mobyclient "github.com/moby/moby/client"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/agentconfig"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
@@ -366,10 +367,8 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	if err := writeRecord(ls.dir, &record{ID: ls.id, Token: ls.token, Engine: e.host, CreatedAt: ls.createdAt, EndAt: ls.endAt}); err != nil {
 		return nil, fmt.Errorf("writing the sandbox's record: %w", err)
 	}
-	acfg := agentConfig{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
-		// A kernel started before pip ran would not see the user site
-		// directory pip creates; let it start on first use instead.
-		NoPrewarm: len(spec.Packages) > 0, HostUID: ls.hostUID}
+	acfg := agentConfig{Base: agentconfig.Base{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
+		NoPrewarm: len(spec.Packages) > 0}, HostUID: ls.hostUID}
 	if os.Geteuid() == 0 {
 		acfg.SocketMode = 0o600
 	}

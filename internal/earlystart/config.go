@@ -15,24 +15,15 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/agentconfig"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 )
 
 // AgentConfig is what a local sandbox's supervisor hands its agent, through
 // a pipe at ConfigFD (not the environment, which user code could read).
 type AgentConfig struct {
-	ID       string            `json:"id"`
-	Token    string            `json:"token"`
-	Python   string            `json:"python"`
-	Workdir  string            `json:"workdir"`
-	Env      map[string]string `json:"env"`
-	Lifetime time.Duration     `json:"lifetime"`
-	// IdleTimeout ends the sandbox after this long unused (0 = never).
-	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
-	// NoPrewarm leaves the default kernel to start on first use.
-	NoPrewarm bool `json:"no_prewarm,omitempty"`
+	agentconfig.Base
 	// KernelBytecodeFD is the agent's fd of the kernel's bytecode file
 	// (the tag, a newline, the pyc), for the agent to put where the kernel
 	// looks (kernel.InstallBytecode); 0 = none.

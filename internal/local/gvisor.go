@@ -219,8 +219,7 @@ func prepareGVisor(spec shimSpec) (_ *gvisorSandbox, bundle string, err error) {
 	}
 	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24]}
 
-	acfg := ctragent.Config{ID: spec.Agent.ID, Token: spec.Agent.Token, Python: spec.Agent.Python, Workdir: spec.Agent.Workdir,
-		Env: spec.Agent.Env, Lifetime: spec.Agent.Lifetime, IdleTimeout: spec.Agent.IdleTimeout, NoPrewarm: spec.Agent.NoPrewarm,
+	acfg := ctragent.Config{Base: spec.Agent.Base,
 		// The host side is root: code in the sandbox can't even connect.
 		SocketMode: 0o600, Pausable: true, AgentUID: gvisorAgentUID}
 	b, _ := json.Marshal(acfg)

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/agentconfig"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
@@ -176,11 +177,9 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
-	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Home: opts.HomeSize, Agent: agentConfig{ID: id, Token: rec.Token, Python: opts.Python,
+	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Home: opts.HomeSize, Agent: agentConfig{Base: agentconfig.Base{ID: id, Token: rec.Token, Python: opts.Python,
 		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: lifetime, IdleTimeout: spec.IdleTimeout,
-		// A kernel started before pip ran would not see the user site
-		// directory pip creates; let it start on first use instead.
-		NoPrewarm: len(spec.Packages) > 0}}
+		NoPrewarm: len(spec.Packages) > 0}}}
 	if senv.Rootfs == "" {
 		ss.KernelBytecode = kernelBytecodePath(opts.Python)
 	}
