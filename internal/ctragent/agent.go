@@ -259,20 +259,6 @@ func dropPrivilegesTo(uid, gid, saved int) error {
 	return checkNoCapabilities()
 }
 
-// capLast is the highest capability the kernel knows (an unknown one fails
-// PR_CAPBSET_DROP with EINVAL).
-func capLast() int {
-	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
-	if err != nil {
-		return 63
-	}
-	var n int
-	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &n); err != nil || n < 0 || n > 63 {
-		return 63
-	}
-	return n
-}
-
 // dropBoundingSet empties the capability bounding set of every thread; it
 // needs CAP_SETPCAP, which the container grants for this alone (the uid
 // change clears it right after). A runtime that starts us with an empty
@@ -283,7 +269,7 @@ func dropBoundingSet() error {
 	if boundingSetEmpty() {
 		return nil
 	}
-	for c := 0; c <= capLast(); c++ {
+	for c := 0; c <= isolate.LastCap(); c++ {
 		_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, syscall.PR_CAPBSET_DROP, uintptr(c), 0)
 		if errno == syscall.EINVAL {
 			break // beyond what this kernel knows

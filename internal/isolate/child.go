@@ -1103,7 +1103,7 @@ func dropCapabilities(sys threadSys, keepSetpcap bool) error {
 		secbitNoroot|secbitNorootLocked|secbitKeepCapsLocked|secbitNoCapAmbientRaise|secbitNoCapAmbientRaiseLocked, 0, 0, 0, 0); errno != 0 {
 		return fmt.Errorf("securebits: %w", errno)
 	}
-	for c := 0; c <= lastCap(); c++ {
+	for c := 0; c <= LastCap(); c++ {
 		if _, _, errno := sys(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0, 0); errno != 0 && errno != syscall.EINVAL {
 			return fmt.Errorf("drop bounding cap %d: %w", c, errno)
 		}
