@@ -177,11 +177,12 @@ _fmt("ipv6", http(%q, fam=socket.AF_INET6))
 _fmt("udp", udp(%q, 7))
 _fmt("tls", tls(%q, "anything"))
 _fmt("loopback", http("127.0.0.1", %d))
+_fmt("anyip", http(%q, %d))
 _fmt("metadata", http(%q))
 _fmt("private", http(%q))
 _fmt("abstract", unix_abstract(%q))
 `, testnet.ServerIPv4, testnet.NameWWW, testnet.NameWWW, testnet.ServerIPv6, testnet.ServerIPv4, testnet.ServerIPv4,
-		port, testnet.MetadataIPv4, testnet.PrivateIPv4, abstract)
+		port, testnet.AnyIPv4, port, testnet.MetadataIPv4, testnet.PrivateIPv4, abstract)
 	want := map[string]string{
 		"internet": "ok:internet " + testnet.ServerIPv4,
 		"byname":   "ok:internet " + testnet.NameWWW,
@@ -190,6 +191,7 @@ _fmt("abstract", unix_abstract(%q))
 		"udp":      "ok:ping",
 		"tls":      "ok:internet-tls",
 		"loopback": "err:ConnectionRefusedError",
+		"anyip":    "err:ConnectionRefusedError", // the host's by a local route, on no interface
 		"metadata": "err:ConnectionRefusedError",
 		"private":  "err:ConnectionRefusedError",
 		"abstract": "err:ConnectionRefusedError",

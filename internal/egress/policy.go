@@ -33,11 +33,9 @@ package egress
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Modes.
@@ -275,38 +273,6 @@ func mustPrefixes(ss ...string) []netip.Prefix {
 	return out
 }
 
-// hostAddrs caches the host's own interface addresses for a short while: a
-// connection's check must see an address added a moment ago, but a burst of
-// connections needn't each dump the interfaces.
-type hostAddrs struct {
-	mu    sync.Mutex
-	at    time.Time
-	addrs map[netip.Addr]bool
-}
-
-const hostAddrsTTL = time.Second
-
-func (h *hostAddrs) contains(ip netip.Addr) (bool, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.addrs == nil || time.Since(h.at) > hostAddrsTTL {
-		as, err := net.InterfaceAddrs()
-		if err != nil {
-			return false, err
-		}
-		m := map[netip.Addr]bool{}
-		for _, a := range as {
-			if n, ok := a.(*net.IPNet); ok {
-				if ip, ok := netip.AddrFromSlice(n.IP); ok {
-					m[ip.Unmap()] = true
-				}
-			}
-		}
-		h.addrs, h.at = m, time.Now()
-	}
-	return h.addrs[ip], nil
-}
-
 // verdict is what may happen with a connection.
 type verdict int
 
@@ -353,7 +319,13 @@ func (c *compiled) reachable(ip netip.Addr, host *hostAddrs) (bool, string) {
 			return false, "loopback, link-local, multicast or unspecified address " + ip.String()
 		}
 	}
-	if own, err := host.contains(ip); err != nil || own {
+	own, err := host.contains(ip)
+	if err != nil {
+		// Not knowing what the host answers on means not knowing whether
+		// this is the host: refuse.
+		return false, "the host's own addresses can't be read (" + err.Error() + "), so " + ip.String() + " is refused"
+	}
+	if own {
 		return false, "an address of the host " + ip.String()
 	}
 	if !c.allowPrivate && !c.listed(ip) {

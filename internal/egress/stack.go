@@ -191,6 +191,7 @@ func (s *Stack) Close() {
 			s.st.Close()
 		}
 		s.tun.Close()
+		s.host.close()
 	})
 }
 

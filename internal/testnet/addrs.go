@@ -15,6 +15,11 @@ const (
 	HostSideIPv6 = "2001:db8:5a::1"
 	PrivateIPv4  = "10.77.0.10"      // a private-range server
 	MetadataIPv4 = "169.254.169.254" // cloud metadata look-alike
+	// AnyIPv4Range is a range the host takes as its own through a local
+	// route (`ip route add local … dev …`) with no interface holding any
+	// of its addresses; AnyIPv4 is one of them.
+	AnyIPv4Range = "198.18.7.0/24"
+	AnyIPv4      = "198.18.7.9"
 	Zone         = "test-internet.example"
 )
 

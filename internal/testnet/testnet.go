@@ -110,6 +110,10 @@ func Start() (n *Net, err error) {
 		{"ip", "route", "add", PrivateIPv4 + "/32", "dev", n.veth},
 		{"ip", "route", "add", MetadataIPv4 + "/32", "dev", n.veth},
 		{"ip", "-6", "route", "add", ServerIPv6 + "/128", "dev", n.veth},
+		// AnyIP: the host answers on a whole range no interface holds (a
+		// route in its local table). On the veth, so deleting the
+		// namespace removes it with the rest.
+		{"ip", "route", "add", "local", AnyIPv4Range, "dev", n.veth},
 		{"ip", "-n", n.NS, "link", "set", "lo", "up"},
 		{"ip", "-n", n.NS, "link", "set", "eth0", "up"},
 		{"ip", "-n", n.NS, "addr", "add", ServerIPv4 + "/32", "dev", "eth0"},
