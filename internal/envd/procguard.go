@@ -43,11 +43,16 @@ func procRefusal(p string) error {
 			// A magic link, or a loop: neither is anything to serve.
 			return errors.New(errProcMsg + " (the path crosses one of its magic links, or loops)")
 		}
-		if !errors.Is(err, unix.ENOENT) || q == "/" || q == "." {
-			// Let the operation report what is wrong with the path.
+		if errors.Is(err, unix.ENOENT) && q != "/" && q != "." {
+			q = filepath.Dir(q)
+			continue
+		}
+		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
-		q = filepath.Dir(q)
+		// A path that can't be checked is refused, with why (guardProc
+		// reports the error as the operation would have).
+		return &os.PathError{Op: "check", Path: q, Err: err}
 	}
 }
 
@@ -72,6 +77,9 @@ func procRefusalOf(p string, follow bool) error {
 // guardProc is procRefusalOf as a Connect error.
 func guardProc(p string, follow bool) error {
 	if err := procRefusalOf(p, follow); err != nil {
+		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+			return fsError(p, err)
+		}
 		return connect.NewError(connect.CodePermissionDenied, err)
 	}
 	return nil
@@ -80,6 +88,9 @@ func guardProc(p string, follow bool) error {
 // guardProcHTTP is procRefusalOf as an HTTP error.
 func guardProcHTTP(p string, follow bool) error {
 	if err := procRefusalOf(p, follow); err != nil {
+		if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+			return osHTTPError(p, err)
+		}
 		return errorf(http.StatusForbidden, "%s: %v", p, err)
 	}
 	return nil

@@ -22,8 +22,33 @@ func openNoMagic(p string, flags int, mode uint32) (int, error) {
 	return fd, err
 }
 
-// onProc reports whether fd is a file of procfs.
+// fstatfs and fstat are the calls onProc asks (tests swap them for the
+// answers gVisor gives).
+var (
+	fstatfs = unix.Fstatfs
+	fstat   = unix.Fstat
+)
+
+// onProc reports whether fd is a file of procfs. When the file system can't
+// be asked (gVisor answers fstatfs on an O_PATH descriptor with ENOSYS), it
+// compares the file's device with /proc's own; when that can't be told
+// either, the answer is yes: a file we can't place is refused, never served.
 func onProc(fd int) bool {
-	var st unix.Statfs_t
-	return unix.Fstatfs(fd, &st) == nil && st.Type == unix.PROC_SUPER_MAGIC
+	var sfs unix.Statfs_t
+	if err := fstatfs(fd, &sfs); err == nil {
+		return sfs.Type == unix.PROC_SUPER_MAGIC
+	}
+	var st, proc unix.Stat_t
+	if fstat(fd, &st) != nil || unix.Stat("/proc", &proc) != nil {
+		return true
+	}
+	if st.Dev == proc.Dev {
+		return true
+	}
+	// /proc/sys may be a mount of its own (runtimes mount it read-only).
+	var sys unix.Stat_t
+	if err := unix.Stat("/proc/sys", &sys); err != nil {
+		return !errors.Is(err, unix.ENOENT)
+	}
+	return st.Dev == sys.Dev
 }

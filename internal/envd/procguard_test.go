@@ -4,6 +4,7 @@ package envd
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	fspb "github.com/code-sandboxes/code-sandboxes/internal/envdpb/filesystem"
 )
@@ -69,5 +71,59 @@ func TestFilesAPIDoesNotReachProc(t *testing.T) {
 	// A regular file still works.
 	if resp, b := post(t, filesURL(env.url, "path", filepath.Join(env.home, "ok")), "application/octet-stream", strings.NewReader("ok")); resp.StatusCode != http.StatusOK {
 		t.Errorf("upload of a plain file: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestProcGuardWhenFstatfsFails: gVisor answers fstatfs on an O_PATH
+// descriptor with ENOSYS. The guard then places the file by its device,
+// and a file it can't place at all is refused: a failed check never means
+// "not procfs". (Before: the failure read as "not procfs", and a symlink
+// to /proc/self/environ was opened.)
+func TestProcGuardWhenFstatfsFails(t *testing.T) {
+	defer func(f func(int, *unix.Statfs_t) error) { fstatfs = f }(fstatfs)
+	fstatfs = func(int, *unix.Statfs_t) error { return unix.ENOSYS }
+	env := newTestEnv(t)
+	for n, target := range map[string]string{"environ": "/proc/self/environ", "status": "/proc/self/status", "sysctl": "/proc/sys/kernel/hostname"} {
+		p := filepath.Join(env.home, n)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		if resp, b := get(t, filesURL(env.url, "path", p)); resp.StatusCode != http.StatusForbidden {
+			t.Errorf("download through %s -> %s: %d %q, want 403", n, target, resp.StatusCode, b)
+		}
+	}
+	plain := filepath.Join(env.home, "plain.txt")
+	if err := os.WriteFile(plain, []byte("plain\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if resp, b := get(t, filesURL(env.url, "path", plain)); resp.StatusCode != http.StatusOK || string(b) != "plain\n" {
+		t.Errorf("download of a plain file with fstatfs failing: %d %q", resp.StatusCode, b)
+	}
+	// Neither question answered: refused.
+	defer func(f func(int, *unix.Stat_t) error) { fstat = f }(fstat)
+	fstat = func(int, *unix.Stat_t) error { return unix.ENOSYS }
+	if resp, b := get(t, filesURL(env.url, "path", plain)); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("download with the file system unknown: %d %q, want 403", resp.StatusCode, b)
+	}
+}
+
+// TestProcGuardUncheckablePathRefused: a path the guard can't open to
+// check (here: a directory without search permission, for a non-root
+// agent) is refused with the error it met, not let through.
+func TestProcGuardUncheckablePathRefused(t *testing.T) {
+	if err := procRefusal("/nonexistent-dir/sub/file"); err != nil {
+		t.Errorf("a path to be created: %v", err)
+	}
+	f := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(f, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := procRefusal(filepath.Join(f, "below"))
+	var pe *os.PathError
+	if !errors.As(err, &pe) || !errors.Is(err, unix.ENOTDIR) {
+		t.Errorf("a path below a file: %v, want a check error (ENOTDIR)", err)
+	}
+	if err := guardProcHTTP(filepath.Join(f, "below"), true); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("guardProcHTTP: %v", err)
 	}
 }
