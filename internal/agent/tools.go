@@ -59,6 +59,9 @@ const (
 	// toolRequestWait bounds how long a connection may take to send its
 	// request line.
 	toolRequestWait = 10 * time.Second
+	// maxToolTrailingBytes bounds what a caller may send after its request
+	// line while its call runs (ignored: only a hang-up ends the call).
+	maxToolTrailingBytes = 64 << 10
 )
 
 // ToolNamePattern is what a tool name must match: a Python identifier that
@@ -257,6 +260,12 @@ func (h *toolHub) serveConn(c net.Conn) {
 		writeToolAnswer(c, refusal("refused", "invalid tool request: "+err.Error()))
 		return
 	}
+	// The line's bound leaves room for the envelope; the arguments
+	// themselves have theirs.
+	if len(req.Args) > MaxToolArgBytes {
+		writeToolAnswer(c, refusal("refused", fmt.Sprintf("the arguments are over the limit of %d bytes (as JSON)", MaxToolArgBytes)))
+		return
+	}
 	if req.List {
 		h.mu.Lock()
 		specs := h.listLocked()
@@ -327,11 +336,19 @@ func (h *toolHub) call(c net.Conn, br *bufio.Reader, req sandboxRequest) toolAns
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	// The caller hanging up (its thread interrupted, its process killed)
-	// ends the call and tells the host.
-	hangup := make(chan struct{})
+	// ends the call and tells the host. Bytes it sends meanwhile are not a
+	// hang-up: they are read and dropped, up to a bound past which the
+	// call is refused (a caller streaming into the socket is not waiting
+	// for an answer).
+	hangup := make(chan error, 1)
 	go func() {
-		_, _ = br.ReadByte()
-		close(hangup)
+		n, err := io.Copy(io.Discard, io.LimitReader(br, maxToolTrailingBytes+1))
+		if err == nil && n > maxToolTrailingBytes {
+			err = fmt.Errorf("the caller sent over %d bytes after its request line (send one request per connection)", maxToolTrailingBytes)
+		} else {
+			err = nil
+		}
+		hangup <- err
 	}()
 	cancel := func() {
 		select {
@@ -358,8 +375,11 @@ func (h *toolHub) call(c net.Conn, br *bufio.Reader, req sandboxRequest) toolAns
 				continue
 			}
 			return refusal("unavailable", fmt.Sprintf("tool %q: the host serving the tools went away during the call", req.Tool))
-		case <-hangup:
+		case err := <-hangup:
 			cancel()
+			if err != nil {
+				return refusal("refused", err.Error())
+			}
 			return refusal("refused", "the caller hung up")
 		}
 	}
