@@ -194,7 +194,7 @@ func (s *Stack) answer(q []byte, overTCP bool) []byte {
 		default:
 			continue
 		}
-		if ok, why := pol.reachable(ip, &s.host); !ok {
+		if ok, why := pol.reachable(ip, &theHost); !ok {
 			s.logf("egress: dropped DNS answer %s for %q: %s", ip, name, why)
 			continue
 		}

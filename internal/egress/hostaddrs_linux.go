@@ -37,6 +37,11 @@ type hostAddrs struct {
 // the host takes as its own.
 var localRouteTypes = map[int]bool{unix.RTN_LOCAL: true, unix.RTN_BROADCAST: true, unix.RTN_ANYCAST: true}
 
+// theHost is what every check of this process asks: one subscription for
+// all the sandboxes (and host connections) a process polices, for as long
+// as it runs.
+var theHost hostAddrs
+
 // readLocalTable lists the destinations of the kernel's local table.
 func readLocalTable() ([]netip.Prefix, error) {
 	rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)

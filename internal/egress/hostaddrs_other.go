@@ -13,6 +13,8 @@ type hostAddrs struct {
 	read func() ([]netip.Prefix, error)
 }
 
+var theHost hostAddrs
+
 func (h *hostAddrs) contains(ip netip.Addr) (bool, error) {
 	read := h.read
 	if read == nil {

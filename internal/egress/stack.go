@@ -63,7 +63,6 @@ type Stack struct {
 	st   *stack.Stack
 	tun  *os.File
 	pol  atomic.Pointer[compiled]
-	host hostAddrs
 	pins pinSet
 	dns  []string
 	logf func(string, ...any)
@@ -191,7 +190,6 @@ func (s *Stack) Close() {
 			s.st.Close()
 		}
 		s.tun.Close()
-		s.host.close()
 	})
 }
 
@@ -201,7 +199,7 @@ func toAddr(a tcpip.Address) netip.Addr {
 }
 
 func (s *Stack) verdict(a tcpip.Address) (verdict, string) {
-	return s.pol.Load().check(toAddr(a), &s.host, &s.pins)
+	return s.pol.Load().check(toAddr(a), &theHost, &s.pins)
 }
 
 func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
