@@ -1028,6 +1028,142 @@ for src in ('/etc/shadow', '/etc/passwd', '/usr/bin/passwd', '/usr/local/libexec
         refused('link %s -> %s' % (src, d), ln)
 `,
 	},
+	{
+		name:  "ProcRootWrites",
+		tries: "writes into the system directories through /proc's views of the root and the working directory (/proc/self/root, /proc/thread-self/root, /proc/1/root, /proc/self/cwd after chdir /, /proc/self/fd and /dev/fd of a descriptor of /, '..' past / from a descriptor of it): the build-jail trick of reaching the real root through /proc",
+		stops: "those views resolve to the sandbox's own root, whose system directories are read-only mounts; the agent's /proc/1/root needs ptrace access (non-dumpable, another uid)",
+		code: `
+rootfd = os.open('/', os.O_RDONLY | os.O_DIRECTORY)
+os.chdir('/')
+views = ['/proc/self/root', '/proc/thread-self/root', '/proc/1/root', '/proc/self/cwd', '/proc/self/fd/%d' % rootfd, '/dev/fd/%d' % rootfd]
+def own_root_tmpfs():
+    for l in open('/proc/self/mountinfo'):
+        a, b = l.split(' - ', 1)
+        if a.split()[4] == '/':
+            return b.split()[0] == 'tmpfs' and 'rw' in a.split()[5].split(',')
+    return False
+targets = ['etc/cs-evil', 'usr/cs-evil', 'usr/bin/cs-evil', 'etc/passwd']
+if not own_root_tmpfs():
+    targets.append('cs-evil')
+else:
+    na('write-at-root', "/ is the sandbox's own writable tmpfs")
+def write(p):
+    f = open(p, 'a')
+    f.close()
+    if p.endswith('cs-evil'):
+        os.unlink(p)
+    return 'written'
+for v in views:
+    for t in targets:
+        refused('write %s/%s' % (v, t), lambda p=v + '/' + t: write(p))
+    refused('mkdir %s/usr/cs-evil-dir' % v, lambda v=v: os.mkdir(v + '/usr/cs-evil-dir'))
+# '..' from a descriptor of / stays at /.
+def dotdot():
+    fd = os.open('../../../..', os.O_RDONLY | os.O_DIRECTORY, dir_fd=rootfd)
+    try:
+        return write('/proc/self/fd/%d/etc/cs-evil' % fd)
+    finally:
+        os.close(fd)
+refused('write ../../../../etc from a descriptor of /', dotdot)
+os.close(rootfd)
+`,
+	},
+	{
+		name:  "SystemFileMetadata",
+		tries: "changing the system files and directories without writing to them: chmod, chown, utime, truncate, rename, unlink, rmdir, a symlink, FIFO or file planted in them, a user.* extended attribute (/etc/passwd, /etc/hosts, /etc/resolv.conf, the Python binary, /bin/sh, /usr/lib, /etc, the agent's binary)",
+		stops: "read-only mounts (EROFS) and ownership: the sandbox's user owns none of them (EPERM/EACCES); a file bound by the runtime is busy (EBUSY)",
+		code: `
+files = [p for p in ('/etc/passwd', '/etc/hosts', '/etc/resolv.conf', '/bin/sh', os.path.realpath(sys.executable),
+                     '/usr/local/libexec/code-sandboxes-agent', '/opt/code-sandboxes/code-sandboxes-agent') if os.path.lexists(p)]
+dirs = [p for p in ('/etc', '/usr/lib', '/usr/bin') if os.path.isdir(p)]
+before = {p: os.lstat(p) for p in files + dirs}
+for p in files + dirs:
+    refused('chmod ' + p, lambda p=p: os.chmod(p, 0o777))
+    refused('chown ' + p, lambda p=p: os.chown(p, os.getuid(), os.getgid()))
+    refused('utime ' + p, lambda p=p: os.utime(p, (0, 0)))
+    refused('utime-now ' + p, lambda p=p: os.utime(p, None))
+    refused('setxattr user ' + p, lambda p=p: os.setxattr(p, 'user.cs', b'x'))
+    refused('rename ' + p, lambda p=p: os.rename(p, p + '.cs-moved'))
+for p in files:
+    refused('truncate ' + p, lambda p=p: os.truncate(p, 0))
+    refused('unlink ' + p, lambda p=p: os.unlink(p))
+for d in dirs:
+    refused('rmdir ' + d, lambda d=d: os.rmdir(d))
+    refused('symlink in ' + d, lambda d=d: os.symlink('/tmp/cs-evil', d + '/cs-evil'))
+    refused('mkfifo in ' + d, lambda d=d: os.mkfifo(d + '/cs-evil'))
+    refused('create in ' + d, lambda d=d: os.close(os.open(d + '/cs-evil', os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)))
+# Whatever the answers said, nothing of them changed.
+for p, st in before.items():
+    now = os.lstat(p) if os.path.lexists(p) else None
+    if now is None or (now.st_mode, now.st_uid, now.st_gid, now.st_size, now.st_mtime_ns) != (st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns):
+        bad('unchanged ' + p, 'CHANGED %r -> %r' % (st, now))
+    else:
+        ok('unchanged ' + p)
+`,
+	},
+	{
+		name:  "SetuidPlanted",
+		tries: "a setuid/setgid program planted where the sandbox can write (/tmp, /home/user, /files, /dev/shm): its own copy of id with mode 6755, and, where the sandbox has a root user (sudo), one made root's by it, run as the sandbox's user",
+		stops: "no_new_privs on every process (exec ignores the setuid and setgid bits) and, where set, nosuid on the writable mounts",
+		code: `
+import shutil, stat
+status = open('/proc/self/status').read()
+nnp = any(l.split()[1] == '1' for l in status.splitlines() if l.startswith('NoNewPrivs:'))
+def mount_opts(d):
+    best, opts = '', []
+    for l in open('/proc/self/mountinfo'):
+        a = l.split(' - ', 1)[0].split()
+        mp = a[4]
+        if (d == mp or d.startswith(mp.rstrip('/') + '/')) and len(mp) >= len(best):
+            best, opts = mp, a[5].split(',')
+    return opts
+src = shutil.which('id')
+uid, gid = str(os.geteuid()), str(os.getegid())
+for d in ('/tmp', '/home/user', '/files', '/dev/shm'):
+    if not os.path.isdir(d) or not os.access(d, os.W_OK):
+        continue
+    f = d + '/cs-suid'
+    try:
+        shutil.copy(src, f)
+        os.chmod(f, 0o6755)
+    except OSError as e:
+        ok('plant ' + d, 'refused ' + en(e.errno))
+        continue
+    try:
+        r = subprocess.run([f, '-u'], capture_output=True, text=True, timeout=30)
+        g = subprocess.run([f, '-g'], capture_output=True, text=True, timeout=30)
+    except OSError as e:
+        ok('setuid-own ' + d, 'exec refused ' + en(e.errno) + (' (noexec mount)' if 'noexec' in mount_opts(d) else ''))
+        os.unlink(f)
+        continue
+    how = 'nosuid mount' if 'nosuid' in mount_opts(d) else ('no_new_privs' if nnp else 'owned by the sandbox user')
+    if r.stdout.strip() == uid and g.stdout.strip() == gid:
+        ok('setuid-own ' + d, 'ran as %s/%s (%s)' % (uid, gid, how))
+    else:
+        bad('setuid-own ' + d, 'ran as %r/%r' % (r.stdout.strip(), g.stdout.strip()))
+    os.unlink(f)
+# A setuid-root program made by the sandbox's own root user (sudo).
+sudo = shutil.which('sudo')
+made = False
+if sudo and uid != '0':
+    f = '/tmp/cs-rsuid'
+    r = subprocess.run([sudo, '-n', 'sh', '-c', 'cp %s %s && chown 0:0 %s && chmod 6755 %s' % (src, f, f, f)], capture_output=True, text=True, timeout=30)
+    st = os.stat(f) if os.path.exists(f) else None
+    # Root's, seen from the sandbox's user: 0, or the overflow uid where
+    # the root user's uid is not mapped in the user's namespace.
+    if r.returncode == 0 and st is not None and str(st.st_uid) != uid and st.st_mode & stat.S_ISUID:
+        made = True
+        r = subprocess.run([f, '-u'], capture_output=True, text=True, timeout=30)
+        if r.stdout.strip() == uid:
+            ok('setuid-root-made-by-sudo /tmp', 'owner %d, ran as %s (%s)' % (st.st_uid, uid, 'nosuid mount' if 'nosuid' in mount_opts('/tmp') else 'no_new_privs'))
+        else:
+            bad('setuid-root-made-by-sudo /tmp', 'ran as %r' % r.stdout.strip())
+    subprocess.run([sudo, '-n', 'rm', '-f', f], capture_output=True, timeout=30)
+    why = (r.stdout + r.stderr).strip()[:200]
+if not made:
+    na('setuid-root-made-by-sudo', ('no root user here to make one: ' + why) if sudo else 'no sudo in this sandbox')
+`,
+	},
 }
 
 // bigArgvCode: arguments and environments past the kernel's limits for a

@@ -42,6 +42,7 @@ func (c *suite) moreCases() []namedCase {
 		namedCase{"FilesOddNames", c.filesOddNames},
 		namedCase{"WatchAbuse", c.watchAbuse},
 		namedCase{"AgentFromInside", c.agentFromInside},
+		namedCase{"AllowlistHelperKilled", c.allowlistHelperKilled},
 	)
 }
 

@@ -286,6 +286,16 @@ func TestHostileOnDocker(t *testing.T) {
 			return []string{d.token(t, sb.ID())}
 		},
 		Gone: d.waitGone,
+		// The network supervisor: the egress stack, a host process of ours
+		// per networked sandbox, its pid in the sandbox's directory.
+		NetworkHelper: func(t *testing.T, sb *sandboxes.Sandbox) int {
+			b, err := os.ReadFile(filepath.Join(d.dir(t, sb.ID()), "network.pid"))
+			if err != nil {
+				t.Fatalf("the network supervisor of %s: %v", sb.ID(), err)
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			return pid
+		},
 		Skip: map[string]string{"ReadHostFiles": imageSkipReadHostFiles},
 	}
 	if !*full {

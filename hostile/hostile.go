@@ -68,6 +68,10 @@ type Options struct {
 	// HostCPU returns the CPU time sb's processes used so far, measured on
 	// the host (its cgroup); nil = measured inside (getrusage).
 	HostCPU func(t *testing.T, sb *sandboxes.Sandbox) time.Duration
+	// NetworkHelper returns the host process that carries a networked
+	// sandbox's traffic (its egress stack), which AllowlistHelperKilled
+	// kills; nil: the variant has none (its egress is the cluster's).
+	NetworkHelper func(t *testing.T, sb *sandboxes.Sandbox) int
 	// Skip names cases not to run (a variant that cannot do them), each with
 	// its reason; they are skipped, never silently passed.
 	Skip map[string]string

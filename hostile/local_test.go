@@ -184,6 +184,8 @@ func localOptions() hostile.Options {
 			return []string{readRec(t, rt, sb.ID()).Token}
 		},
 		Gone: func(t *testing.T, id string) { waitGone(t, rt, id) },
+		// The egress stack runs in the sandbox's supervisor.
+		NetworkHelper: func(t *testing.T, sb *sandboxes.Sandbox) int { return readRec(t, rt, sb.ID()).ShimPid },
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
@@ -219,4 +221,66 @@ func hostAddrs(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return as
+}
+
+// allowlistHelperKilled kills the host process that carries an allowlist
+// sandbox's traffic (its egress stack: Options.NetworkHelper) and checks
+// the sandbox fails closed: no connection at all gets through (not the
+// allowed name, not by address, not the private range or metadata), and
+// the loss is reported (a policy update answers that the network is
+// gone), or the sandbox ends with it, reported dead.
+func (c *suite) allowlistHelperKilled(t *testing.T) {
+	if !slices.Contains(c.o.Networks, sandboxes.NetworkAllowlist) {
+		t.Skip("the variant's network allowlist isn't checked here")
+	}
+	if c.o.NetworkHelper == nil {
+		t.Skip("the variant has no host process carrying a sandbox's traffic")
+	}
+	startTestnet(t)
+	allow := []string{testnet.NameWWW}
+	sb := c.create(t, func(cfg *sandboxes.Config) {
+		cfg.NetworkPolicy, cfg.AllowedHosts = sandboxes.NetworkAllowlist, allow
+	})
+	code := netAttacks + fmt.Sprintf(`
+go("allowed", %[1]q, 80, send=b"GET / HTTP/1.1\r\nHost: %[1]s\r\nConnection: close\r\n\r\n")
+go("by-ip", %[2]q, 80)
+go("private", %[3]q, 80)
+go("metadata", "169.254.169.254", 80)
+udp("udp", %[2]q, 7)
+`, testnet.NameWWW, testnet.ServerIPv4, testnet.PrivateIPv4)
+	before := out(py(t, sb, code))
+	if !strings.Contains(before, "allowed REACHED") {
+		t.Fatalf("the allowed name is not reached before the kill (the case proves nothing):\n%s", before)
+	}
+	pid := c.o.NetworkHelper(t, sb)
+	if pid <= 1 {
+		t.Fatalf("no network helper found for %s (pid %d)", sb.ID(), pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the network helper (pid %d): %v", pid, err)
+	}
+	// Bounded: gone (or a zombie) within 10 s.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the network helper (pid %d) outlived SIGKILL by 10 s", pid)
+		}
+	}
+	state := answersOrDead(t, sb, c.o)
+	if strings.HasPrefix(state, "dead") {
+		record(t, "killing the network helper (pid %d) ended the sandbox, reported: %s", pid, state)
+		return
+	}
+	after := out(py(t, sb, code))
+	t.Logf("after the kill:\n%s", after)
+	n := countNet(t, "allowlist without its helper", after)
+	ctx := ctxT(t, time.Minute)
+	err := sb.UpdateNetwork(ctx, sandboxes.Network{Policy: sandboxes.NetworkAllowlist, AllowedHosts: allow})
+	if err == nil {
+		t.Errorf("a policy update after the helper was killed succeeded: the loss of the network is not reported")
+	}
+	record(t, "network helper (pid %d) killed: %d/%d connections refused, the allowed name's included (fails closed); the sandbox answers; a policy update reports it: %v", pid, n, strings.Count(after, "\n")+1, firstLine(fmt.Sprint(err)))
 }

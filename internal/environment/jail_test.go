@@ -165,6 +165,11 @@ func TestJailAttacks(t *testing.T) {
 	attacks := []struct{ name, cmd string }{
 		{"proc-1-root", "echo x > /proc/1/root" + canary},
 		{"symlink-out", "echo x > /srv/canary && test -e /proc/1/root" + canary},
+		// The step's own views of the root: its jail's, never the host's.
+		{"proc-self-root", "echo x > /proc/self/root" + canary + " || echo x > /proc/self/root/srv/canary && test -e /proc/1/root" + canary},
+		{"proc-thread-self-root", "echo x > /proc/thread-self/root" + canary + " || (cd /proc/self/root/../../.. && echo x > ." + canary + ")"},
+		{"proc-self-cwd", "cd / && echo x > /proc/self/cwd/../.." + canary},
+		{"read-host-proc-self-root", "cat /proc/self/root" + secret + " || cat /proc/thread-self/root/../.." + secret},
 		{"read-host", "cat " + secret + " || cat /proc/1/root" + secret},
 		{"mknod", "mknod /dev/sdz b 8 0 || mknod /sdz b 8 0"},
 		{"mount", "mount -t tmpfs t /tmp"},

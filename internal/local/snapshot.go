@@ -92,6 +92,18 @@ func (i *instance) keepSnapshot(name, sdir string, spec shimSpec) error {
 	if err != nil {
 		return err
 	}
+	// What a fork needs to build a sandbox around the checkpoint; the id
+	// and the token are the fork's own.
+	spec.Dir, spec.Restore, spec.Image = "", false, ""
+	spec.Agent.ID, spec.Agent.Token = "", ""
+	spec.Record.ID, spec.Record.Token, spec.Record.Name, spec.Record.Tags = "", "", "", nil
+	spec.Record.Remaining = r.Remaining
+	return writeSnapshot(name, sdir, r.Checkpoint, snapshotMeta{Name: name, CreatedAt: time.Now(), From: i.id, Spec: spec})
+}
+
+// writeSnapshot keeps the checkpoint in checkpointDir and meta as the
+// snapshot name, in sdir.
+func writeSnapshot(name, sdir, checkpointDir string, meta snapshotMeta) error {
 	if err := ensureStateDir(filepath.Dir(sdir)); err != nil {
 		return err
 	}
@@ -102,26 +114,31 @@ func (i *instance) keepSnapshot(name, sdir string, spec shimSpec) error {
 	if err := os.MkdirAll(filepath.Join(tmp, "checkpoint"), 0o700); err != nil {
 		return err
 	}
-	ents, err := os.ReadDir(r.Checkpoint)
+	ents, err := os.ReadDir(checkpointDir)
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
 	}
 	for _, e := range ents {
 		// A hard link: the resume removes the sandbox's own name only.
-		if err := os.Link(filepath.Join(r.Checkpoint, e.Name()), filepath.Join(tmp, "checkpoint", e.Name())); err != nil {
+		dst := filepath.Join(tmp, "checkpoint", e.Name())
+		if err := os.Link(filepath.Join(checkpointDir, e.Name()), dst); err != nil {
+			_ = os.RemoveAll(tmp)
+			return fmt.Errorf("keep snapshot %s: %w", name, err)
+		}
+		// The sandbox's memory: root's alone, whatever mode runsc gave
+		// it (the directories above are 0700 as well).
+		if err := os.Chmod(dst, 0o600); err != nil {
 			_ = os.RemoveAll(tmp)
 			return fmt.Errorf("keep snapshot %s: %w", name, err)
 		}
 	}
-	// What a fork needs to build a sandbox around the checkpoint; the id
-	// and the token are the fork's own.
-	spec.Dir, spec.Restore, spec.Image = "", false, ""
-	spec.Agent.ID, spec.Agent.Token = "", ""
-	spec.Record.ID, spec.Record.Token, spec.Record.Name, spec.Record.Tags = "", "", "", nil
-	spec.Record.Remaining = r.Remaining
-	b, _ := json.Marshal(snapshotMeta{Name: name, CreatedAt: time.Now(), From: i.id, Spec: spec})
+	b, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), b, 0o600); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	if err := sealSnapshot(name, tmp, b); err != nil {
 		_ = os.RemoveAll(tmp)
 		return err
 	}
@@ -193,9 +210,11 @@ func (v Variant) fork(ctx context.Context, spec driver.Spec, rt, sandboxBin stri
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(sdir, snapshotMetaFile))
+	// Checked before anything of it is used: its spec says what the fork
+	// runs with, and runsc restores its checkpoint as root.
+	b, err := readSealedSnapshot(spec.Snapshot, sdir)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot %q: %w", spec.Snapshot, sberr.ErrNotFound)
+		return nil, err
 	}
 	var meta snapshotMeta
 	if err := json.Unmarshal(b, &meta); err != nil {
