@@ -149,6 +149,7 @@ func (p *dataPlane) authorize(w http.ResponseWriter, r *http.Request, e *entry, 
 		case e2bauth.Equal(tok, e.token):
 			return true
 		case tok == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature"):
+			p.s.sigChecks.Add(1)
 			err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), e.token, time.Now())
 			if err == nil {
 				return true

@@ -209,6 +209,7 @@ type Server struct {
 	createCtx   context.Context
 	stopCreates context.CancelFunc
 	relists     atomic.Int64 // refused creates that re-listed (for tests)
+	sigChecks   atomic.Int64 // signed /files URLs checked against a sandbox's token (for tests)
 }
 
 // entry is one sandbox as the server holds it.
@@ -440,44 +441,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
-		// A signed URL the SDK built on E2B_SANDBOX_URL names no sandbox:
-		// the signature does, as only that sandbox's token produces it.
-		e, expired := s.bySignature(r)
-		if e != nil {
-			s.proxy.serveEntry(w, r, e, EnvdPort)
-			return
-		}
+		// A signed URL that names no sandbox (as the SDKs build it on
+		// E2B_SANDBOX_URL): only the signature could say whose it is, and
+		// finding out would take one hash per live sandbox of every team,
+		// for anyone who asks, with no key. Refused: the request must name
+		// its sandbox, and is then checked against that one alone.
 		s.metrics.refused.WithLabelValues("token").Inc()
-		if expired {
-			// A sandbox's own signature, past its time: envd's answer.
-			writeError(w, http.StatusUnauthorized, "%s", e2bauth.ErrSignatureExpired.Error())
-			return
-		}
-		writeError(w, http.StatusUnauthorized, "the file URL's signature matches no sandbox (expired, or its sandbox is gone)")
+		writeError(w, http.StatusBadRequest, "a signed /files URL must name its sandbox: send it to the host %d-<sandboxID>.<domain> (the URL the SDKs make without E2B_SANDBOX_URL) or with the header E2b-Sandbox-Id: <sandboxID>; this server does not search every sandbox for the one whose token signed it", EnvdPort)
 		return
 	}
 	s.api.ServeHTTP(w, r)
-}
-
-// bySignature finds the sandbox whose access token signed r's /files URL;
-// expired: one did, but the signature is past its expiration.
-func (s *Server) bySignature(r *http.Request) (_ *entry, expired bool) {
-	s.mu.Lock()
-	all := make([]*entry, 0, len(s.sandboxes))
-	for _, e := range s.sandboxes {
-		all = append(all, e)
-	}
-	s.mu.Unlock()
-	now := time.Now()
-	q := r.URL.Query()
-	for _, e := range all {
-		err := e2bauth.CheckFileSignature(r.Method, q, e.token, now)
-		if err == nil {
-			return e, false
-		}
-		expired = expired || errors.Is(err, e2bauth.ErrSignatureExpired)
-	}
-	return nil, expired
 }
 
 // sandboxTarget finds the sandbox and port a data-plane request is for: the
