@@ -796,7 +796,9 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, e *entry, 
 	if !ok {
 		return
 	}
-	if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+	err := e.inst.SetTimeout(r.Context(), d)
+	e.forgetRunning() // its end moved: what serve knew ended at the old one
+	if err != nil {
 		s.writeExtendError(w, e.id, err)
 		return
 	}
@@ -854,7 +856,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if time.Now().Add(d).After(i.EndAt) {
-			if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+			err := e.inst.SetTimeout(r.Context(), d)
+			e.forgetRunning() // its end moved: what serve knew ended at the old one
+			if err != nil {
 				s.writeExtendError(w, e.id, err)
 				return
 			}

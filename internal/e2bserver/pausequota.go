@@ -98,7 +98,9 @@ func (s *Server) pauseEntry(w http.ResponseWriter, r *http.Request, e *entry) bo
 		ts.pendingPaused++
 	}
 	s.mu.Unlock()
+	e.forgetRunning()
 	err := e.sb.Pause(r.Context())
+	e.forgetRunning() // and again: a request may have looked while it began
 	s.mu.Lock()
 	if !holds {
 		ts.pendingPaused--
@@ -133,7 +135,9 @@ func (s *Server) resumeCounted(ctx context.Context, e *entry) error {
 	e.paused, e.resuming = false, true
 	e.resumes++
 	s.mu.Unlock()
+	e.forgetRunning()
 	err := e.sb.Resume(ctx)
+	e.forgetRunning()
 	s.mu.Lock()
 	e.resuming = false
 	if errors.Is(err, sandboxes.ErrNoRoom) {

@@ -209,6 +209,7 @@ type Server struct {
 	createCtx   context.Context
 	stopCreates context.CancelFunc
 	relists     atomic.Int64 // refused creates that re-listed (for tests)
+	stateReads  atomic.Int64 // sandbox states read by the data path (for tests)
 	sigChecks   atomic.Int64 // signed /files URLs checked against a sandbox's token (for tests)
 }
 
@@ -236,6 +237,9 @@ type entry struct {
 	paused, resuming bool
 	resumes          int
 	resumeMu         sync.Mutex // one resume by traffic at a time
+	// runningUntil (unix ns): the sandbox is known to run until then, its
+	// state not read again before (autopause.go); 0 = unknown.
+	runningUntil atomic.Int64
 }
 
 // teamState is a team's quota and what it has in flight.
