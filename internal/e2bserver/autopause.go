@@ -110,6 +110,11 @@ func (s *Server) wake(w http.ResponseWriter, r *http.Request, e *entry, port int
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Minute)
 	defer cancel()
 	if err := s.resumeCounted(ctx, e); err != nil {
+		if errors.Is(err, errCeiling) {
+			s.metrics.refused.WithLabelValues("network_ceiling").Inc()
+			writeError(w, http.StatusForbidden, "%v", err)
+			return false
+		}
 		if errors.Is(err, errQuota) {
 			s.metrics.refused.WithLabelValues("quota").Inc()
 			writeError(w, http.StatusTooManyRequests, "sandbox %s is paused and can't resume now: %v", e.id, err)

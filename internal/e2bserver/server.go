@@ -121,6 +121,11 @@ type Options struct {
 	// (the JS SDK omits it unless the user sets it): "none" (our safe default)
 	// or "all" (E2B's default).
 	DefaultNetwork string
+	// MaxNetwork is the most network a request may give a sandbox (serve
+	// --max-network): "none", "allowlist" or "all" ("" = all, no ceiling).
+	// A create, network update or resume above it is refused with 403,
+	// never narrowed (ceiling.go); DefaultNetwork must be at or below it.
+	MaxNetwork string
 	// RequireTrafficToken makes every tunnel (ports other than envd's and
 	// the interpreter's) need the sandbox's traffic access token, as if every
 	// sandbox were created with allowPublicTraffic false.
@@ -177,6 +182,7 @@ type Server struct {
 	cfg            sandboxes.Config
 	defaultQuota   Quota
 	defaultNetwork string
+	maxNetwork     int // a level (ceiling.go)
 	requireTraffic bool
 	allowPrivate   bool
 	metricsToken   string
@@ -221,7 +227,8 @@ type entry struct {
 	token, traffic     string
 	private            bool // allowPublicTraffic false
 	net                atomic.Pointer[netState]
-	netMu              sync.Mutex // one network update at a time (each waits for its own to apply)
+	level              atomic.Int32 // of its network (ceiling.go): a resume above the ceiling is refused
+	netMu              sync.Mutex   // one network update at a time (each waits for its own to apply)
 	memory             int64
 	cpus               float64
 	tunnel             *http.Transport
@@ -296,6 +303,14 @@ func New(o Options) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("e2bserver: default network %q: use none or all", s.defaultNetwork)
 	}
+	var err error
+	if s.maxNetwork, err = parseLevel(o.MaxNetwork, levelAll); err != nil {
+		return nil, fmt.Errorf("e2bserver: %s: %w", maxNetworkFlag, err)
+	}
+	if d, _ := parseLevel(s.defaultNetwork, levelNone); d > s.maxNetwork {
+		return nil, fmt.Errorf("e2bserver: the default network (--default-network) %s is above the ceiling %s %s: lower --default-network to %s or raise %s",
+			s.defaultNetwork, maxNetworkFlag, levelNames[s.maxNetwork], sandboxes.NetworkNone, maxNetworkFlag)
+	}
 	if s.maxTimeout <= 0 {
 		s.maxTimeout = 24 * time.Hour
 	}
@@ -306,7 +321,6 @@ func New(o Options) (*Server, error) {
 	_, _ = rand.Read(b[:])
 	s.via = hex.EncodeToString(b[:])
 	s.metrics = newMetrics(s)
-	var err error
 	if s.templates, err = newTemplates(s.cfg.EnvironmentDir, o.TemplateBuilds, o.TemplateLoopback); err != nil {
 		return nil, fmt.Errorf("e2bserver: templates: %w", err)
 	}
@@ -597,6 +611,16 @@ func (s *Server) Adopt(ctx context.Context) error {
 		if e != nil {
 			e.autoResume = i.Tags[tagAutoResume] == "true"
 			e.autoPause = i.Tags[tagOnTimeout] == "pause"
+			// Only the policy is known after a restart: a filtered "all"
+			// counts as all, never lower.
+			l := levelOf(sandboxes.Network{Policy: i.Network})
+			e.level.Store(int32(l))
+			if l > s.maxNetwork {
+				// Adopted so that its team can still see and kill it; it
+				// runs with what an earlier server gave it, and a resume or
+				// network update above the ceiling is refused.
+				s.log.Warn("adopted a sandbox above the network ceiling", "sandbox", i.ID, "team", i.Tags[tagTeam], "network", i.Network, "max_network", levelNames[s.maxNetwork])
+			}
 		}
 		if err != nil {
 			_ = sb.Detach()
