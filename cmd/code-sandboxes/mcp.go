@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcpserver"
 	"github.com/code-sandboxes/code-sandboxes/mcptools"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -23,7 +25,7 @@ import (
 
 func mcpCmd() *cobra.Command {
 	var c common
-	var listen, token string
+	var listen, token, maxNetwork string
 	var idle time.Duration
 	var maxSessions int
 	var toolServers, toolNames []string
@@ -42,6 +44,12 @@ else $CODE_SANDBOXES_MCP_TOKEN, else one is generated and printed.`,
 			cfg, err := c.config()
 			if err != nil {
 				return err
+			}
+			// The operator's ceiling (as serve's): every session's sandbox
+			// gets --network, and an MCP client can't ask for another, so
+			// checking --network once, here, bounds them all.
+			if err := e2bserver.CheckNetworkCeiling(sandboxes.Network{Policy: cfg.NetworkPolicy, AllowedHosts: cfg.AllowedHosts, DeniedHosts: cfg.DeniedHosts}, maxNetwork, "--max-network"); err != nil {
+				return fmt.Errorf("mcp: --network %s: %w", cmp.Or(cfg.NetworkPolicy, sandboxes.NetworkNone), err)
 			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			var tools []sandboxes.Tool
@@ -110,6 +118,7 @@ else $CODE_SANDBOXES_MCP_TOKEN, else one is generated and printed.`,
 	cmd.Flags().StringVar(&token, "token", "", "HTTP: bearer token clients must send (default $CODE_SANDBOXES_MCP_TOKEN, else generated and printed)")
 	cmd.Flags().StringArrayVar(&toolServers, "tool-server", nil, "expose the tools of this MCP server to the code run_code runs (import tools): an http(s):// URL (streamable HTTP) or a command line serving MCP on stdio (split on spaces, no shell); repeatable")
 	cmd.Flags().StringSliceVar(&toolNames, "tool", nil, "grant only these tools of the --tool-server servers (default: all); repeatable or comma-separated")
+	cmd.Flags().StringVar(&maxNetwork, "max-network", sandboxes.NetworkAll, "the most network --network may give the sessions' sandboxes: none, allowlist or all; above it mcp refuses to start")
 	cmd.Flags().IntVar(&maxSessions, "max-sessions", 16, "HTTP: sessions (each with its sandbox) open at once")
 	return cmd
 }

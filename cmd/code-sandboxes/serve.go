@@ -26,6 +26,7 @@ import (
 func serveCmd() *cobra.Command {
 	var (
 		listen, apiKey, keyFile, runtimeDir, network, memory, variant string
+		maxNetwork                                                    string
 		totalMemory, metricsToken, logFormat, isolation               string
 		cpu, totalCPU                                                 float64
 		maxSandboxes, createsPerMinute, warmPool                      int
@@ -61,6 +62,13 @@ runaway sandbox can't starve the machine or its neighbours, and a Python
 kernel with the usual data libraries fits well within it).
 When allowInternetAccess is not given at create (the JS SDK's default), the
 sandbox gets --default-network: none unless you choose all (E2B's default).
+--max-network is the most network a request may ask for (none < allowlist
+< all; allowlist: network.denyOut ["0.0.0.0/0"] with allowOut exceptions):
+a create, network update or resume above it is refused with 403, never
+narrowed. E2B's Python SDK asks for allowInternetAccess true on every
+create, so --default-network none alone does not keep its sandboxes
+offline; --max-network none does (its users then pass
+allow_internet_access=False).
 On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 --keep-sandboxes (a later serve on the same variant adopts them).`,
 		Args: cobra.NoArgs,
@@ -138,6 +146,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:      network,
+				MaxNetwork:          maxNetwork,
 				RequireTrafficToken: requireTraffic,
 				AllowPrivate:        allowPrivate,
 				TemplateBuilds:      templateBuilds,
@@ -200,6 +209,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&runtimeDir, "runtime-dir", "", "local variant: where sandbox records live (default $CODE_SANDBOXES_RUNTIME_DIR, /run/code-sandboxes or $XDG_RUNTIME_DIR)")
 	f.StringVar(&isolation, "isolation", "", "isolation level of every sandbox: namespaces (the default) or gvisor (gVisor's user-space kernel: local as root with runsc, docker with the engine's runsc runtime, kubernetes through a RuntimeClass)")
 	f.StringVar(&network, "default-network", sandboxes.NetworkNone, "network of sandboxes created without allowInternetAccess: none or all")
+	f.StringVar(&maxNetwork, "max-network", sandboxes.NetworkAll, "the most network a request may give a sandbox: none, allowlist (denyOut 0.0.0.0/0 with allowOut exceptions) or all; above it a create, network update or resume is refused with 403, never narrowed (--default-network must be at or below it)")
 	f.StringVar(&memory, "memory", "1G", "memory limit of every sandbox, e.g. 512M or 2G (a team's memory= quota overrides it)")
 	f.Float64Var(&cpu, "cpu", 1, "CPU limit of every sandbox, in cores (a team's cpu= quota overrides it)")
 	f.IntVar(&maxSandboxes, "max-sandboxes", 0, "sandboxes a team may run at once (0 = no limit)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/spf13/cobra"
 )
 
 // startServe runs `serve` in-process (the test binary is also the sandbox
@@ -213,4 +214,33 @@ func TestServeReloadsKeyFileOnSIGHUP(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// The network ceiling (issue #41 item 9): a default above it, or mcp's
+// --network above it, is refused at start, naming the flag.
+func TestMaxNetworkFlags(t *testing.T) {
+	for _, c := range []struct {
+		cmd  func() *cobra.Command
+		args []string
+		want string
+	}{
+		{serveCmd, []string{"--default-network", "all", "--max-network", "none"}, "--max-network"},
+		{serveCmd, []string{"--default-network", "all", "--max-network", "allowlist"}, "--max-network"},
+		{serveCmd, []string{"--max-network", "some"}, "--max-network"},
+		{mcpCmd, []string{"--network", "all", "--max-network", "none"}, "--max-network none"},
+		{mcpCmd, []string{"--network", "all", "--max-network", "allowlist"}, "--max-network allowlist"},
+		{mcpCmd, []string{"--network", "allowlist", "--allow", "example.com", "--max-network", "none"}, "--max-network none"},
+	} {
+		cmd := c.cmd()
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		args := append([]string{"--listen", "127.0.0.1:0", "--runtime-dir", t.TempDir()}, c.args...)
+		if cmd.Name() == "serve" {
+			args = append(args, "--api-key", "e2b_00")
+		}
+		cmd.SetArgs(args)
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %v: %v, want an error naming %s", cmd.Name(), c.args, err, c.want)
+		}
+	}
 }

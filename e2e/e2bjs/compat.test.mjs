@@ -222,7 +222,8 @@ try {
   await step('expiredUrl', async () => {
     await sbx.files.write('exp.txt', 'e')
     const url = await sbx.downloadUrl('exp.txt', { useSignatureExpiration: -10_000 })
-    const res = await fetch(url)
+    // Named by header: with E2B_SANDBOX_URL the URL itself names no sandbox.
+    const res = await fetch(url, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId } })
     return { status: res.status, body: await res.json() }
   })
 

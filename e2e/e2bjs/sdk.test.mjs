@@ -68,22 +68,26 @@ try {
     return { read, names, missingExists: exists }
   })
 
-  // Signed URLs, fetched with no header and no token: with E2B_SANDBOX_URL
-  // set they don't even name the sandbox; the signature does.
+  // Signed URLs, fetched with no token. With E2B_SANDBOX_URL set they don't
+  // name the sandbox, and serve refuses them (400: it would have to hash
+  // the signature once per sandbox to find its owner); named by the
+  // E2b-Sandbox-Id header (or the Host <port>-<id>.<domain>), they work.
   await step('signedUrls', async () => {
+    const named = { 'E2b-Sandbox-Id': sbx.sandboxId }
     const up = await sbx.uploadUrl('/home/user/up.txt', { useSignatureExpiration: 60 })
     const form = new FormData()
     form.append('file', new Blob(['uploaded via url']), 'up.txt')
-    const upStatus = (await fetch(up, { method: 'POST', body: form })).status
+    const upStatus = (await fetch(up, { method: 'POST', body: form, headers: named })).status
     const down = await sbx.downloadUrl('/home/user/up.txt')
-    const dr = await fetch(down)
+    const bare = await fetch(down)
+    const dr = await fetch(down, { headers: named })
     const tampered = new URL(down)
     tampered.searchParams.set('path', '/home/user/a.txt')
     const unsigned = new URL(down)
     unsigned.searchParams.delete('signature')
     return {
-      upStatus, downStatus: dr.status, body: await dr.text(),
-      tamperedStatus: (await fetch(tampered)).status, unsignedStatus: (await fetch(unsigned)).status,
+      upStatus, downStatus: dr.status, body: await dr.text(), bareStatus: bare.status, bareBody: await bare.text(),
+      tamperedStatus: (await fetch(tampered, { headers: named })).status, unsignedStatus: (await fetch(unsigned, { headers: named })).status,
     }
   })
 

@@ -335,6 +335,13 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 		}
 		nw, st = sandboxes.Network{Policy: sandboxes.NetworkNone}, netState{}
 	}
+	if err := ceilingError(levelOf(nw), s.maxNetwork, maxNetworkFlag); err != nil {
+		// Refused, not narrowed: the client would believe it has what it
+		// asked for (the Python SDK asks for the internet on every create).
+		s.metrics.refused.WithLabelValues("network_ceiling").Inc()
+		writeError(w, http.StatusForbidden, "%v", err)
+		return
+	}
 	if req.Network != nil && req.Network.MaskRequestHost != nil {
 		st.mask = *req.Network.MaskRequestHost
 	}
@@ -460,6 +467,7 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	e.logs = logs
 	e.autoResume, e.autoPause = autoResume, autoPause
 	e.net.Store(&st)
+	e.level.Store(int32(levelOf(nw)))
 	if testHookCreated != nil {
 		testHookCreated()
 	}
@@ -796,7 +804,9 @@ func (s *Server) applyTimeout(w http.ResponseWriter, r *http.Request, e *entry, 
 	if !ok {
 		return
 	}
-	if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+	err := e.inst.SetTimeout(r.Context(), d)
+	e.forgetRunning() // its end moved: what serve knew ended at the old one
+	if err != nil {
 		s.writeExtendError(w, e.id, err)
 		return
 	}
@@ -854,7 +864,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if time.Now().Add(d).After(i.EndAt) {
-			if err := e.inst.SetTimeout(r.Context(), d); err != nil {
+			err := e.inst.SetTimeout(r.Context(), d)
+			e.forgetRunning() // its end moved: what serve knew ended at the old one
+			if err != nil {
 				s.writeExtendError(w, e.id, err)
 				return
 			}

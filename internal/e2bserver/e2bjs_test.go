@@ -248,11 +248,12 @@ func testOfficialJSSDK(t *testing.T, o Options) {
 	}
 
 	var signed struct {
-		UpStatus, DownStatus, TamperedStatus, UnsignedStatus int
-		Body                                                 string
+		UpStatus, DownStatus, TamperedStatus, UnsignedStatus, BareStatus int
+		Body, BareBody                                                   string
 	}
 	step("signedUrls", &signed)
-	if signed.UpStatus != 200 || signed.DownStatus != 200 || signed.Body != "uploaded via url" || signed.TamperedStatus != 401 || signed.UnsignedStatus != 401 {
+	if signed.UpStatus != 200 || signed.DownStatus != 200 || signed.Body != "uploaded via url" || signed.TamperedStatus != 401 || signed.UnsignedStatus != 401 ||
+		signed.BareStatus != 400 || !strings.Contains(signed.BareBody, "E2b-Sandbox-Id") {
 		t.Errorf("signed URLs: %+v", signed)
 	}
 

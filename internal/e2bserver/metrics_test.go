@@ -95,7 +95,11 @@ func getText(t *testing.T, u string, hdr map[string]string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", u, nil)
 	for k, v := range hdr {
-		req.Header.Set(k, v)
+		if strings.EqualFold(k, "Host") {
+			req.Host = v
+		} else {
+			req.Header.Set(k, v)
+		}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -205,6 +205,11 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if err := ceilingError(levelOf(n), s.maxNetwork, maxNetworkFlag); err != nil {
+		s.metrics.refused.WithLabelValues("network_ceiling").Inc()
+		writeError(w, http.StatusForbidden, "%v", err)
+		return
+	}
 	if i.Network == sandboxes.NetworkNone {
 		writeError(w, http.StatusBadRequest, "sandbox %s was created without internet access (allowInternetAccess false): it has no network interface, so there is nothing to open; to change a sandbox's network later, create it with network.denyOut [%q] (and allowOut) instead", e.id, allTraffic)
 		return
@@ -225,6 +230,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		st.mask = old.mask
 	}
 	e.net.Store(&st)
+	e.level.Store(int32(levelOf(n)))
 	s.log.Info("network updated", "sandbox", e.id, "team", e.team, "allow_out", len(st.allowOut), "deny_out", len(st.denyOut), "internet", st.internet)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -98,7 +98,9 @@ func (s *Server) pauseEntry(w http.ResponseWriter, r *http.Request, e *entry) bo
 		ts.pendingPaused++
 	}
 	s.mu.Unlock()
+	e.forgetRunning()
 	err := e.sb.Pause(r.Context())
+	e.forgetRunning() // and again: a request may have looked while it began
 	s.mu.Lock()
 	if !holds {
 		ts.pendingPaused--
@@ -119,6 +121,11 @@ func (s *Server) pauseEntry(w http.ResponseWriter, r *http.Request, e *entry) bo
 // sandbox counted as running (it may be: a resume the caller gave up on
 // goes on).
 func (s *Server) resumeCounted(ctx context.Context, e *entry) error {
+	if err := ceilingError(int(e.level.Load()), s.maxNetwork, maxNetworkFlag); err != nil {
+		// A sandbox left by a server with a higher ceiling (adopted) does
+		// not come back to life above this one's.
+		return fmt.Errorf("sandbox %s stays paused: %w", e.id, err)
+	}
 	s.mu.Lock()
 	ts := s.teams[e.team]
 	if ts == nil {
@@ -133,7 +140,9 @@ func (s *Server) resumeCounted(ctx context.Context, e *entry) error {
 	e.paused, e.resuming = false, true
 	e.resumes++
 	s.mu.Unlock()
+	e.forgetRunning()
 	err := e.sb.Resume(ctx)
+	e.forgetRunning()
 	s.mu.Lock()
 	e.resuming = false
 	if errors.Is(err, sandboxes.ErrNoRoom) {
@@ -174,6 +183,11 @@ func (s *Server) resumeCounts() map[string]int {
 
 // writeResumeError answers a refused or failed resume.
 func (s *Server) writeResumeError(w http.ResponseWriter, e *entry, err error) {
+	if errors.Is(err, errCeiling) {
+		s.metrics.refused.WithLabelValues("network_ceiling").Inc()
+		writeError(w, http.StatusForbidden, "%v", err)
+		return
+	}
 	if errors.Is(err, errQuota) {
 		s.metrics.refused.WithLabelValues("quota").Inc()
 		writeError(w, http.StatusTooManyRequests, "%v", err)

@@ -141,7 +141,7 @@ func sandboxGone(w http.ResponseWriter, id string) {
 // never adds a credential.
 func (p *dataPlane) authorize(w http.ResponseWriter, r *http.Request, e *entry, port int) bool {
 	if port == EnvdPort || port == InterpreterPort {
-		if r.URL.Path == "/health" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+		if isHealth(r, port) {
 			return true
 		}
 		tok := r.Header.Get("X-Access-Token")
@@ -149,6 +149,7 @@ func (p *dataPlane) authorize(w http.ResponseWriter, r *http.Request, e *entry, 
 		case e2bauth.Equal(tok, e.token):
 			return true
 		case tok == "" && r.URL.Path == "/files" && r.URL.Query().Has("signature"):
+			p.s.sigChecks.Add(1)
 			err := e2bauth.CheckFileSignature(r.Method, r.URL.Query(), e.token, time.Now())
 			if err == nil {
 				return true
@@ -203,7 +204,7 @@ func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry,
 		return
 	}
 	if e.autoResume {
-		if !p.s.wake(w, r, e) {
+		if !p.s.wake(w, r, e, port) {
 			return
 		}
 	} else if e.autoPause && p.s.pausedNow(r.Context(), e) {
@@ -238,6 +239,10 @@ func (p *dataPlane) serveEntry(w http.ResponseWriter, r *http.Request, e *entry,
 
 func (p *dataPlane) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	t, _ := r.Context().Value(targetKey{}).(target)
+	if t.e != nil && r.Context().Err() == nil {
+		// Paused by another process, perhaps: the next request looks.
+		t.e.forgetRunning()
+	}
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):

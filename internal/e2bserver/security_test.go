@@ -183,8 +183,9 @@ func TestDataPlaneCredentials(t *testing.T) {
 		t.Errorf("the request's own headers: %v", seen)
 	}
 
-	// Signed file URLs, with the sandbox named by header and, as the SDK
-	// builds them when E2B_SANDBOX_URL is set, by nothing but the signature.
+	// Signed file URLs, with the sandbox named by header or by the Host
+	// route (as the SDKs build them without E2B_SANDBOX_URL); one that
+	// names no sandbox is refused (TestSignedURLNamesItsSandbox).
 	execute(t, base, a, `open("/home/user/signed.txt", "w").write("secret of a")`)
 	sig := func(path, op string, exp int64) url.Values {
 		q := url.Values{"path": {path}, "signature": {e2bauth.FileSignature(path, op, "", a.EnvdAccessToken, exp)}}
@@ -197,23 +198,24 @@ func TestDataPlaneCredentials(t *testing.T) {
 		return getText(t, base+"/files?"+q.Encode(), hdr)
 	}
 	routed := map[string]string{"E2b-Sandbox-Id": a.SandboxID, "E2b-Sandbox-Port": "49983"}
-	for _, hdr := range []map[string]string{routed, nil} {
+	hosted := map[string]string{"Host": "49983-" + a.SandboxID + ".localhost"}
+	for _, hdr := range []map[string]string{routed, hosted} {
 		if st, body := get(sig("/home/user/signed.txt", "read", 0), hdr); st != 200 || body != "secret of a" {
-			t.Errorf("signed download (routing %v): %d %q", hdr != nil, st, body)
+			t.Errorf("signed download (routing %v): %d %q", hdr, st, body)
 		}
 		if st, body := get(sig("/home/user/signed.txt", "read", time.Now().Add(time.Minute).Unix()), hdr); st != 200 || body != "secret of a" {
-			t.Errorf("signed download with expiration (routing %v): %d %q", hdr != nil, st, body)
+			t.Errorf("signed download with expiration (routing %v): %d %q", hdr, st, body)
 		}
 		if st, _ := get(sig("/home/user/signed.txt", "read", time.Now().Add(-time.Minute).Unix()), hdr); st != 401 {
-			t.Errorf("expired signature (routing %v): %d, want 401", hdr != nil, st)
+			t.Errorf("expired signature (routing %v): %d, want 401", hdr, st)
 		}
 		q := sig("/home/user/other.txt", "read", 0)
 		q.Set("path", "/home/user/signed.txt")
 		if st, _ := get(q, hdr); st != 401 {
-			t.Errorf("signature for another path (routing %v): %d, want 401", hdr != nil, st)
+			t.Errorf("signature for another path (routing %v): %d, want 401", hdr, st)
 		}
 		if st, _ := get(sig("/home/user/signed.txt", "write", 0), hdr); st != 401 {
-			t.Errorf("write signature used to read (routing %v): %d, want 401", hdr != nil, st)
+			t.Errorf("write signature used to read (routing %v): %d, want 401", hdr, st)
 		}
 	}
 	// A's signature does not open b.

@@ -121,6 +121,11 @@ type Options struct {
 	// (the JS SDK omits it unless the user sets it): "none" (our safe default)
 	// or "all" (E2B's default).
 	DefaultNetwork string
+	// MaxNetwork is the most network a request may give a sandbox (serve
+	// --max-network): "none", "allowlist" or "all" ("" = all, no ceiling).
+	// A create, network update or resume above it is refused with 403,
+	// never narrowed (ceiling.go); DefaultNetwork must be at or below it.
+	MaxNetwork string
 	// RequireTrafficToken makes every tunnel (ports other than envd's and
 	// the interpreter's) need the sandbox's traffic access token, as if every
 	// sandbox were created with allowPublicTraffic false.
@@ -177,6 +182,7 @@ type Server struct {
 	cfg            sandboxes.Config
 	defaultQuota   Quota
 	defaultNetwork string
+	maxNetwork     int // a level (ceiling.go)
 	requireTraffic bool
 	allowPrivate   bool
 	metricsToken   string
@@ -209,6 +215,8 @@ type Server struct {
 	createCtx   context.Context
 	stopCreates context.CancelFunc
 	relists     atomic.Int64 // refused creates that re-listed (for tests)
+	stateReads  atomic.Int64 // sandbox states read by the data path (for tests)
+	sigChecks   atomic.Int64 // signed /files URLs checked against a sandbox's token (for tests)
 }
 
 // entry is one sandbox as the server holds it.
@@ -219,7 +227,8 @@ type entry struct {
 	token, traffic     string
 	private            bool // allowPublicTraffic false
 	net                atomic.Pointer[netState]
-	netMu              sync.Mutex // one network update at a time (each waits for its own to apply)
+	level              atomic.Int32 // of its network (ceiling.go): a resume above the ceiling is refused
+	netMu              sync.Mutex   // one network update at a time (each waits for its own to apply)
 	memory             int64
 	cpus               float64
 	tunnel             *http.Transport
@@ -235,6 +244,9 @@ type entry struct {
 	paused, resuming bool
 	resumes          int
 	resumeMu         sync.Mutex // one resume by traffic at a time
+	// runningUntil (unix ns): the sandbox is known to run until then, its
+	// state not read again before (autopause.go); 0 = unknown.
+	runningUntil atomic.Int64
 }
 
 // teamState is a team's quota and what it has in flight.
@@ -291,6 +303,14 @@ func New(o Options) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("e2bserver: default network %q: use none or all", s.defaultNetwork)
 	}
+	var err error
+	if s.maxNetwork, err = parseLevel(o.MaxNetwork, levelAll); err != nil {
+		return nil, fmt.Errorf("e2bserver: %s: %w", maxNetworkFlag, err)
+	}
+	if d, _ := parseLevel(s.defaultNetwork, levelNone); d > s.maxNetwork {
+		return nil, fmt.Errorf("e2bserver: the default network (--default-network) %s is above the ceiling %s %s: lower --default-network to %s or raise %s",
+			s.defaultNetwork, maxNetworkFlag, levelNames[s.maxNetwork], sandboxes.NetworkNone, maxNetworkFlag)
+	}
 	if s.maxTimeout <= 0 {
 		s.maxTimeout = 24 * time.Hour
 	}
@@ -301,7 +321,6 @@ func New(o Options) (*Server, error) {
 	_, _ = rand.Read(b[:])
 	s.via = hex.EncodeToString(b[:])
 	s.metrics = newMetrics(s)
-	var err error
 	if s.templates, err = newTemplates(s.cfg.EnvironmentDir, o.TemplateBuilds, o.TemplateLoopback); err != nil {
 		return nil, fmt.Errorf("e2bserver: templates: %w", err)
 	}
@@ -440,44 +459,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
-		// A signed URL the SDK built on E2B_SANDBOX_URL names no sandbox:
-		// the signature does, as only that sandbox's token produces it.
-		e, expired := s.bySignature(r)
-		if e != nil {
-			s.proxy.serveEntry(w, r, e, EnvdPort)
-			return
-		}
+		// A signed URL that names no sandbox (as the SDKs build it on
+		// E2B_SANDBOX_URL): only the signature could say whose it is, and
+		// finding out would take one hash per live sandbox of every team,
+		// for anyone who asks, with no key. Refused: the request must name
+		// its sandbox, and is then checked against that one alone.
 		s.metrics.refused.WithLabelValues("token").Inc()
-		if expired {
-			// A sandbox's own signature, past its time: envd's answer.
-			writeError(w, http.StatusUnauthorized, "%s", e2bauth.ErrSignatureExpired.Error())
-			return
-		}
-		writeError(w, http.StatusUnauthorized, "the file URL's signature matches no sandbox (expired, or its sandbox is gone)")
+		writeError(w, http.StatusBadRequest, "a signed /files URL must name its sandbox: send it to the host %d-<sandboxID>.<domain> (the URL the SDKs make without E2B_SANDBOX_URL) or with the header E2b-Sandbox-Id: <sandboxID>; this server does not search every sandbox for the one whose token signed it", EnvdPort)
 		return
 	}
 	s.api.ServeHTTP(w, r)
-}
-
-// bySignature finds the sandbox whose access token signed r's /files URL;
-// expired: one did, but the signature is past its expiration.
-func (s *Server) bySignature(r *http.Request) (_ *entry, expired bool) {
-	s.mu.Lock()
-	all := make([]*entry, 0, len(s.sandboxes))
-	for _, e := range s.sandboxes {
-		all = append(all, e)
-	}
-	s.mu.Unlock()
-	now := time.Now()
-	q := r.URL.Query()
-	for _, e := range all {
-		err := e2bauth.CheckFileSignature(r.Method, q, e.token, now)
-		if err == nil {
-			return e, false
-		}
-		expired = expired || errors.Is(err, e2bauth.ErrSignatureExpired)
-	}
-	return nil, expired
 }
 
 // sandboxTarget finds the sandbox and port a data-plane request is for: the
@@ -620,6 +611,16 @@ func (s *Server) Adopt(ctx context.Context) error {
 		if e != nil {
 			e.autoResume = i.Tags[tagAutoResume] == "true"
 			e.autoPause = i.Tags[tagOnTimeout] == "pause"
+			// Only the policy is known after a restart: a filtered "all"
+			// counts as all, never lower.
+			l := levelOf(sandboxes.Network{Policy: i.Network})
+			e.level.Store(int32(l))
+			if l > s.maxNetwork {
+				// Adopted so that its team can still see and kill it; it
+				// runs with what an earlier server gave it, and a resume or
+				// network update above the ceiling is refused.
+				s.log.Warn("adopted a sandbox above the network ceiling", "sandbox", i.ID, "team", i.Tags[tagTeam], "network", i.Network, "max_network", levelNames[s.maxNetwork])
+			}
 		}
 		if err != nil {
 			_ = sb.Detach()
