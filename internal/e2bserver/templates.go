@@ -111,6 +111,10 @@ func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, 
 		return nil, err
 	}
 	st.LoopbackPorts = loopback
+	// fromImage is a tenant's word: its pulls go where build steps may
+	// (never this machine's own addresses but the opened loopback ports),
+	// and their errors never repeat what a registry answered.
+	st.TenantPulls = true
 	t := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates"), store: st, enabled: enabled,
 		queue: make(chan func(), 1024), teams: map[string][]*template{}}
 	if _, err := rand.Read(t.secret[:]); err != nil {
@@ -799,7 +803,13 @@ func (s *Server) finishBuild(team string, tp *template, b *tplBuild, envID, step
 	if err != nil {
 		b.Status, b.Reason, b.Step = "error", err.Error(), step
 		b.logs.add("error", "Build failed: "+err.Error())
-		s.log.Warn("template build failed", "team", team, "template", tp.ID, "build", b.ID, "step", step, "error", err)
+		args := []any{"team", team, "template", tp.ID, "build", b.ID, "step", step, "error", err}
+		if pe := (*environment.PullError)(nil); errors.As(err, &pe) && errors.Unwrap(pe) != nil {
+			// The operator's log has what the registry said; the tenant's
+			// status only our reason.
+			args = append(args, "detail", errors.Unwrap(pe).Error())
+		}
+		s.log.Warn("template build failed", args...)
 	} else {
 		b.Status, b.EnvID = "ready", envID
 		for _, tg := range b.Tags {
