@@ -99,10 +99,18 @@ type templateStore struct {
 	store   *environment.Store
 	enabled bool
 	secret  [32]byte
-	queue   chan func()
+	queue   chan queuedBuild
 
-	mu    sync.Mutex
-	teams map[string][]*template // loaded lazily
+	// ctx is every build's parent: close cancels it, so a shutdown ends
+	// running builds (their steps killed, their work dirs removed).
+	ctx        context.Context
+	cancel     context.CancelFunc
+	workerDone chan struct{} // closed when the queue's goroutine ended
+
+	mu      sync.Mutex
+	teams   map[string][]*template // loaded lazily
+	started bool                   // the queue's goroutine runs (t.mu)
+	closed  bool                   // shut down: nothing more is queued (t.mu)
 }
 
 func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, error) {
@@ -116,15 +124,11 @@ func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, 
 	// and their errors never repeat what a registry answered.
 	st.TenantPulls = true
 	t := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates"), store: st, enabled: enabled,
-		queue: make(chan func(), 1024), teams: map[string][]*template{}}
+		queue: make(chan queuedBuild, 1024), teams: map[string][]*template{}, workerDone: make(chan struct{})}
 	if _, err := rand.Read(t.secret[:]); err != nil {
 		return nil, err
 	}
-	go func() { // one build at a time: a build takes the machine's cores
-		for job := range t.queue {
-			job()
-		}
-	}()
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }
 
@@ -756,28 +760,47 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 	t.mu.Lock()
 	b.Status, b.UpdatedAt = "building", time.Now().UTC()
 	_ = t.save(team)
-	t.mu.Unlock()
-	select {
-	case t.queue <- func() { s.runBuild(team, tp, b, spec, body.Force) }:
+	var refused error
+	switch {
+	case t.closed:
+		refused = errBuildShutdown
 	default:
-		s.finishBuild(team, tp, b, "", "base", errors.New("the build queue is full; try again later"))
+		if !t.started { // the queue's goroutine, from the first build on
+			t.started = true
+			go s.buildWorker()
+		}
+		force := body.Force
+		select { // t.mu held: close can't slip between the check and the send
+		case t.queue <- queuedBuild{team, tp, b, func(ctx context.Context) { s.runBuild(ctx, team, tp, b, spec, force) }}:
+		default:
+			refused = errors.New("the build queue is full; try again later")
+		}
+	}
+	t.mu.Unlock()
+	if refused != nil {
+		s.finishBuild(team, tp, b, "", "base", refused)
 	}
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// runBuild is one queued build.
-func (s *Server) runBuild(team string, tp *template, b *tplBuild, spec *environment.Spec, force bool) {
+// runBuild is one queued build; ctx ends with the server.
+func (s *Server) runBuild(ctx context.Context, team string, tp *template, b *tplBuild, spec *environment.Spec, force bool) {
 	t := s.templates
 	t.mu.Lock()
 	b.Status, b.UpdatedAt = "building", time.Now().UTC()
 	t.mu.Unlock()
 	b.logs.add("info", "Building "+tp.Name+" with the environment builder")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	ctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
 	// Log carries every step header and command's output; of Progress only
 	// the summary lines (cached, built) are new, its step lines repeat Log's.
 	env, err := t.store.Build(ctx, spec, environment.BuildOptions{Progress: progressSummary{b.logs}, Log: b.logs, Force: force})
 	step := ""
+	if err != nil && t.ctx.Err() != nil {
+		// Whatever the step said as it was killed, the reason is ours.
+		s.log.Info("template build cancelled by the shutdown", "team", team, "template", tp.ID, "build", b.ID, "error", err)
+		err = errBuildShutdown
+	}
 	if err != nil {
 		var se *environment.StepError
 		if errors.As(err, &se) {
