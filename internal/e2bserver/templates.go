@@ -47,6 +47,11 @@ const (
 	uploadURLLifetime   = time.Hour
 )
 
+// maxTagsPerTemplate bounds a template's tags, counting those its builds
+// in progress will assign (templates.json is rewritten whole on every
+// change, and every resolve walks it).
+const maxTagsPerTemplate = 64
+
 var (
 	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	tagRE          = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
@@ -452,6 +457,10 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 		tp = &template{ID: randomID(20), Name: name, CreatedAt: now, UpdatedAt: now, Tags: map[string]*tplTag{}}
 		t.teams[k.Team] = append(t.load(k.Team), tp)
 	}
+	if n := tp.tagsWith(tags); n > maxTagsPerTemplate {
+		writeError(w, http.StatusBadRequest, "template %s would have %d tags, at most %d: delete some (DELETE /templates/tags) first", name, n, maxTagsPerTemplate)
+		return
+	}
 	for _, b := range tp.Builds {
 		if b.Status == "waiting" && !b.triggered && now.Sub(b.CreatedAt) > time.Hour {
 			b.Status, b.Reason = "error", "never started"
@@ -467,6 +476,26 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("template build requested", "team", k.Team, "key", keyID(k.Key), "template", tp.ID, "name", name, "build", b.ID)
 	writeJSON(w, http.StatusAccepted, map[string]any{"templateID": tp.ID, "buildID": b.ID, "public": false,
 		"names": []string{name}, "aliases": []string{name}, "tags": tags})
+}
+
+// tagsWith is how many distinct tags tp would have with more added: its
+// tags, those its builds in progress will assign, and more (t.mu held).
+func (tp *template) tagsWith(more []string) int {
+	all := map[string]bool{}
+	for tg := range tp.Tags {
+		all[tg] = true
+	}
+	for _, b := range tp.Builds {
+		if b.Status == "waiting" || b.Status == "building" {
+			for _, tg := range b.Tags {
+				all[tg] = true
+			}
+		}
+	}
+	for _, tg := range more {
+		all[tg] = true
+	}
+	return len(all)
 }
 
 // pruneBuilds forgets the oldest finished builds beyond maxBuildsKept,
@@ -1118,6 +1147,10 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 	tp := t.find(k.Team, name)
 	if tp == nil || tp.Tags[tag] == nil {
 		writeError(w, http.StatusNotFound, "template %q has no build tagged %q", name, tag)
+		return
+	}
+	if n := tp.tagsWith(req.Tags); n > maxTagsPerTemplate {
+		writeError(w, http.StatusBadRequest, "template %s would have %d tags, at most %d: delete some (DELETE /templates/tags) first", name, n, maxTagsPerTemplate)
 		return
 	}
 	id := tp.Tags[tag].BuildID
