@@ -75,8 +75,11 @@ type tplBuild struct {
 	User       string     `json:"user,omitempty"`
 	// StartCmd runs in every sandbox made from the build (setStartCmd),
 	// and the sandbox is handed out once ReadyCmd exits 0 (setReadyCmd).
-	StartCmd  string `json:"startCmd,omitempty"`
-	ReadyCmd  string `json:"readyCmd,omitempty"`
+	StartCmd string `json:"startCmd,omitempty"`
+	ReadyCmd string `json:"readyCmd,omitempty"`
+	// Files are the hashes of the uploaded archives its COPY steps use:
+	// they go with the template (templates_uploads.go).
+	Files     []string `json:"files,omitempty"`
 	logs      *buildLog
 	triggered bool
 }
@@ -116,9 +119,25 @@ type templateStore struct {
 	teams   map[string][]*template // loaded lazily
 	started bool                   // the queue's goroutine runs (t.mu)
 	closed  bool                   // shut down: nothing more is queued (t.mu)
+
+	uploadQuota int64            // a team's bytes of stored archives
+	reserved    map[string]int64 // bytes uploads in progress set aside, by team (t.mu)
+	sweptAt     time.Time        // the last sweep of unused archives (t.mu)
 }
 
 func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, error) {
+	return newTemplatesQuota(envDir, enabled, loopback, 0)
+}
+
+// newTemplatesQuota is newTemplates with a team's upload quota in bytes
+// (0: defaultUploadQuota).
+func newTemplatesQuota(envDir string, enabled bool, loopback []int, uploadQuota int64) (*templateStore, error) {
+	if uploadQuota < 0 {
+		return nil, fmt.Errorf("the template upload quota must not be negative (%d)", uploadQuota)
+	}
+	if uploadQuota == 0 {
+		uploadQuota = defaultUploadQuota
+	}
 	st, err := environment.Open(envDir)
 	if err != nil {
 		return nil, err
@@ -129,7 +148,7 @@ func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, 
 	// and their errors never repeat what a registry answered.
 	st.TenantPulls = true
 	t := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates"), store: st, enabled: enabled,
-		queue: make(chan queuedBuild, 1024), teams: map[string][]*template{}, workerDone: make(chan struct{})}
+		queue: make(chan queuedBuild, 1024), teams: map[string][]*template{}, workerDone: make(chan struct{}), uploadQuota: uploadQuota}
 	if _, err := rand.Read(t.secret[:]); err != nil {
 		return nil, err
 	}
@@ -534,6 +553,11 @@ func (s *Server) ownTemplate(w http.ResponseWriter, r *http.Request) (*template,
 	return tp, k.Team, true
 }
 
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 func (t *templateStore) uploadPath(team, hash string) string {
 	return filepath.Join(t.teamDir(team), "files", hash+".tar")
 }
@@ -554,7 +578,10 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "files hash %q: give the SDK's 64 hex digits", hash)
 		return
 	}
-	if _, err := os.Stat(s.templates.uploadPath(team, hash)); err == nil {
+	s.templates.maybeSweep()
+	if p := s.templates.uploadPath(team, hash); fileExists(p) {
+		now := time.Now()
+		_ = os.Chtimes(p, now, now) // asked for: in use again
 		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
 		return
 	}
@@ -599,6 +626,19 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "an upload may be at most %d bytes", maxUploadBytes)
 		return
 	}
+	s.templates.maybeSweep()
+	// Set the bytes aside before reading any: uploads of a team in
+	// parallel share its quota, never each pass it alone.
+	size := int64(maxUploadBytes)
+	if r.ContentLength >= 0 {
+		size = r.ContentLength
+	}
+	limit, release := s.templates.reserveUpload(team, size)
+	defer release()
+	if limit < size && r.ContentLength >= 0 || limit == 0 && size > 0 {
+		writeError(w, http.StatusRequestEntityTooLarge, "%s", s.templates.quotaError(team, r.ContentLength))
+		return
+	}
 	dst := s.templates.uploadPath(team, hash)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		writeError(w, http.StatusInternalServerError, "%v", err)
@@ -610,7 +650,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer os.Remove(f.Name())
-	n, err := io.Copy(f, io.LimitReader(r.Body, maxUploadBytes+1))
+	n, err := io.Copy(f, io.LimitReader(r.Body, limit+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -620,6 +660,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	case n > maxUploadBytes:
 		writeError(w, http.StatusRequestEntityTooLarge, "an upload may be at most %d bytes", maxUploadBytes)
+		return
+	case n > limit:
+		writeError(w, http.StatusRequestEntityTooLarge, "%s", s.templates.quotaError(team, -1))
 		return
 	}
 	if err := os.Rename(f.Name(), dst); err != nil {
@@ -711,6 +754,8 @@ func (s *Server) specOf(team string, tp *template, body *startBody) (*environmen
 			if _, err := os.Stat(archive); err != nil {
 				return nil, step, fmt.Errorf("the files of COPY %s were not uploaded (hash %s)", arg(0), st.FilesHash[:12])
 			}
+			now := time.Now()
+			_ = os.Chtimes(archive, now, now) // used: the sweep keeps it uploadTTL more
 			spec.Steps = append(spec.Steps, environment.Step{Copy: &environment.CopyStep{Archive: archive, Src: arg(0), Dest: arg(1), Owner: arg(2), Mode: arg(3)}})
 		case "ENV":
 			if len(st.Args)%2 != 0 || len(st.Args) == 0 {
@@ -774,6 +819,11 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	b.triggered = true
 	b.StartCmd, b.ReadyCmd = body.StartCmd, body.ReadyCmd
+	for _, st := range body.Steps {
+		if st.Type == "COPY" && filesHashRE.MatchString(st.FilesHash) && !slices.Contains(b.Files, st.FilesHash) {
+			b.Files = append(b.Files, st.FilesHash)
+		}
+	}
 	t.mu.Unlock()
 	spec, step, err := s.specOf(team, tp, &body)
 	if err != nil {
@@ -1014,8 +1064,9 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	removed, kept := t.releaseBuilds(team, tp, live > 0)
+	files := t.releaseUploads(team, tp)
 	s.log.Info("template deleted", "team", team, "template", tp.ID, "name", tp.Name,
-		"builds_removed", removed, "builds_kept", kept)
+		"builds_removed", removed, "builds_kept", kept, "files_removed", files)
 	w.WriteHeader(http.StatusNoContent)
 }
 
