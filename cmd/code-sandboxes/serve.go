@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -35,6 +36,7 @@ func serveCmd() *cobra.Command {
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
 		toolServers                                                   []string
 		templateLoopback                                              []int
+		templateUploadQuota                                           string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -76,6 +78,13 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			mem, err := parseSize(memory)
 			if err != nil {
 				return err
+			}
+			uploadQuota, err := parseSize(templateUploadQuota)
+			if err == nil && uploadQuota <= 0 {
+				err = errors.New("give a size such as 2G (there is no unlimited: one team could fill the disk for all)")
+			}
+			if err != nil {
+				return fmt.Errorf("--template-upload-quota: %w", err)
 			}
 			totalMem, err := parseSize(totalMemory)
 			if err != nil {
@@ -151,6 +160,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				AllowPrivate:        allowPrivate,
 				TemplateBuilds:      templateBuilds,
 				TemplateLoopback:    templateLoopback,
+				TemplateUploadQuota: uploadQuota,
 				MetricsToken:        metricsToken,
 				MaxTimeout:          maxTimeout,
 				MaxSnapshots:        maxSnapshots,
@@ -217,6 +227,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.Float64Var(&totalCPU, "max-total-cpu", 0, "CPU cores a team's sandboxes may have in all (0 = no limit)")
 	f.IntVar(&createsPerMinute, "max-creates-per-minute", 0, "sandboxes a team may create per minute (0 = no limit)")
 	f.BoolVar(&templateBuilds, "template-builds", false, "answer E2B's template build API (Template.build): teams' build steps run on this machine jailed (a user namespace of their own, never host root; the internet through the egress policy, never the host's own addresses; SECURITY.md)")
+	f.StringVar(&templateUploadQuota, "template-upload-quota", "2G", "bytes of template files (the archives of COPY steps) a team may keep stored on this machine, e.g. 500M or 4G; files go with their template, and unused ones after a day")
 	f.IntSliceVar(&templateLoopback, "template-build-loopback-port", nil, "a TCP port of this machine's loopback that template build steps may reach at 127.0.0.1:<port> (a package index served here); repeatable; none by default")
 	f.BoolVar(&allowPrivate, "allow-private", false, "let sandboxes with network reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and let allowOut list them; never the host itself, loopback or cloud metadata")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")

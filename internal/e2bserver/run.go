@@ -67,6 +67,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
+	// Template builds end with the server (their steps killed, their
+	// work dirs gone); the environment builder's own kill grace is 10 s.
+	err = errors.Join(err, s.closeBuilds(time.Minute))
 	if !keep {
 		kctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -159,6 +159,9 @@ type Options struct {
 	// steps may reach at 127.0.0.1:port (a package index served here);
 	// none by default (environment.Store.LoopbackPorts).
 	TemplateLoopback []int
+	// TemplateUploadQuota bounds a team's stored template files (the
+	// archives of COPY steps) in bytes; 0 = 2 GiB.
+	TemplateUploadQuota int64
 	// Logger receives who created, connected to and killed what, and one
 	// debug line per API call; nil = discard.
 	Logger *slog.Logger
@@ -321,7 +324,7 @@ func New(o Options) (*Server, error) {
 	_, _ = rand.Read(b[:])
 	s.via = hex.EncodeToString(b[:])
 	s.metrics = newMetrics(s)
-	if s.templates, err = newTemplates(s.cfg.EnvironmentDir, o.TemplateBuilds, o.TemplateLoopback); err != nil {
+	if s.templates, err = newTemplatesQuota(s.cfg.EnvironmentDir, o.TemplateBuilds, o.TemplateLoopback, o.TemplateUploadQuota); err != nil {
 		return nil, fmt.Errorf("e2bserver: templates: %w", err)
 	}
 	s.api = s.routes()

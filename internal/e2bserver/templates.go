@@ -47,6 +47,11 @@ const (
 	uploadURLLifetime   = time.Hour
 )
 
+// maxTagsPerTemplate bounds a template's tags, counting those its builds
+// in progress will assign (templates.json is rewritten whole on every
+// change, and every resolve walks it).
+const maxTagsPerTemplate = 64
+
 var (
 	templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	tagRE          = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$`)
@@ -70,8 +75,11 @@ type tplBuild struct {
 	User       string     `json:"user,omitempty"`
 	// StartCmd runs in every sandbox made from the build (setStartCmd),
 	// and the sandbox is handed out once ReadyCmd exits 0 (setReadyCmd).
-	StartCmd  string `json:"startCmd,omitempty"`
-	ReadyCmd  string `json:"readyCmd,omitempty"`
+	StartCmd string `json:"startCmd,omitempty"`
+	ReadyCmd string `json:"readyCmd,omitempty"`
+	// Files are the hashes of the uploaded archives its COPY steps use:
+	// they go with the template (templates_uploads.go).
+	Files     []string `json:"files,omitempty"`
 	logs      *buildLog
 	triggered bool
 }
@@ -99,28 +107,52 @@ type templateStore struct {
 	store   *environment.Store
 	enabled bool
 	secret  [32]byte
-	queue   chan func()
+	queue   chan queuedBuild
 
-	mu    sync.Mutex
-	teams map[string][]*template // loaded lazily
+	// ctx is every build's parent: close cancels it, so a shutdown ends
+	// running builds (their steps killed, their work dirs removed).
+	ctx        context.Context
+	cancel     context.CancelFunc
+	workerDone chan struct{} // closed when the queue's goroutine ended
+
+	mu      sync.Mutex
+	teams   map[string][]*template // loaded lazily
+	started bool                   // the queue's goroutine runs (t.mu)
+	closed  bool                   // shut down: nothing more is queued (t.mu)
+
+	uploadQuota int64            // a team's bytes of stored archives
+	reserved    map[string]int64 // bytes uploads in progress set aside, by team (t.mu)
+	sweptAt     time.Time        // the last sweep of unused archives (t.mu)
 }
 
 func newTemplates(envDir string, enabled bool, loopback []int) (*templateStore, error) {
+	return newTemplatesQuota(envDir, enabled, loopback, 0)
+}
+
+// newTemplatesQuota is newTemplates with a team's upload quota in bytes
+// (0: defaultUploadQuota).
+func newTemplatesQuota(envDir string, enabled bool, loopback []int, uploadQuota int64) (*templateStore, error) {
+	if uploadQuota < 0 {
+		return nil, fmt.Errorf("the template upload quota must not be negative (%d)", uploadQuota)
+	}
+	if uploadQuota == 0 {
+		uploadQuota = defaultUploadQuota
+	}
 	st, err := environment.Open(envDir)
 	if err != nil {
 		return nil, err
 	}
 	st.LoopbackPorts = loopback
+	// fromImage is a tenant's word: its pulls go where build steps may
+	// (never this machine's own addresses but the opened loopback ports),
+	// and their errors never repeat what a registry answered.
+	st.TenantPulls = true
 	t := &templateStore{dir: filepath.Join(st.Dir, "e2b-templates"), store: st, enabled: enabled,
-		queue: make(chan func(), 1024), teams: map[string][]*template{}}
+		queue: make(chan queuedBuild, 1024), teams: map[string][]*template{}, workerDone: make(chan struct{}), uploadQuota: uploadQuota}
 	if _, err := rand.Read(t.secret[:]); err != nil {
 		return nil, err
 	}
-	go func() { // one build at a time: a build takes the machine's cores
-		for job := range t.queue {
-			job()
-		}
-	}()
+	t.ctx, t.cancel = context.WithCancel(context.Background())
 	return t, nil
 }
 
@@ -444,6 +476,10 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 		tp = &template{ID: randomID(20), Name: name, CreatedAt: now, UpdatedAt: now, Tags: map[string]*tplTag{}}
 		t.teams[k.Team] = append(t.load(k.Team), tp)
 	}
+	if n := tp.tagsWith(tags); n > maxTagsPerTemplate {
+		writeError(w, http.StatusBadRequest, "template %s would have %d tags, at most %d: delete some (DELETE /templates/tags) first", name, n, maxTagsPerTemplate)
+		return
+	}
 	for _, b := range tp.Builds {
 		if b.Status == "waiting" && !b.triggered && now.Sub(b.CreatedAt) > time.Hour {
 			b.Status, b.Reason = "error", "never started"
@@ -459,6 +495,26 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("template build requested", "team", k.Team, "key", keyID(k.Key), "template", tp.ID, "name", name, "build", b.ID)
 	writeJSON(w, http.StatusAccepted, map[string]any{"templateID": tp.ID, "buildID": b.ID, "public": false,
 		"names": []string{name}, "aliases": []string{name}, "tags": tags})
+}
+
+// tagsWith is how many distinct tags tp would have with more added: its
+// tags, those its builds in progress will assign, and more (t.mu held).
+func (tp *template) tagsWith(more []string) int {
+	all := map[string]bool{}
+	for tg := range tp.Tags {
+		all[tg] = true
+	}
+	for _, b := range tp.Builds {
+		if b.Status == "waiting" || b.Status == "building" {
+			for _, tg := range b.Tags {
+				all[tg] = true
+			}
+		}
+	}
+	for _, tg := range more {
+		all[tg] = true
+	}
+	return len(all)
 }
 
 // pruneBuilds forgets the oldest finished builds beyond maxBuildsKept,
@@ -497,6 +553,11 @@ func (s *Server) ownTemplate(w http.ResponseWriter, r *http.Request) (*template,
 	return tp, k.Team, true
 }
 
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 func (t *templateStore) uploadPath(team, hash string) string {
 	return filepath.Join(t.teamDir(team), "files", hash+".tar")
 }
@@ -517,7 +578,10 @@ func (s *Server) fileUploadLink(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "files hash %q: give the SDK's 64 hex digits", hash)
 		return
 	}
-	if _, err := os.Stat(s.templates.uploadPath(team, hash)); err == nil {
+	s.templates.maybeSweep()
+	if p := s.templates.uploadPath(team, hash); fileExists(p) {
+		now := time.Now()
+		_ = os.Chtimes(p, now, now) // asked for: in use again
 		writeJSON(w, http.StatusCreated, map[string]any{"present": true})
 		return
 	}
@@ -562,6 +626,19 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "an upload may be at most %d bytes", maxUploadBytes)
 		return
 	}
+	s.templates.maybeSweep()
+	// Set the bytes aside before reading any: uploads of a team in
+	// parallel share its quota, never each pass it alone.
+	size := int64(maxUploadBytes)
+	if r.ContentLength >= 0 {
+		size = r.ContentLength
+	}
+	limit, release := s.templates.reserveUpload(team, size)
+	defer release()
+	if limit < size && r.ContentLength >= 0 || limit == 0 && size > 0 {
+		writeError(w, http.StatusRequestEntityTooLarge, "%s", s.templates.quotaError(team, r.ContentLength))
+		return
+	}
 	dst := s.templates.uploadPath(team, hash)
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		writeError(w, http.StatusInternalServerError, "%v", err)
@@ -573,7 +650,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer os.Remove(f.Name())
-	n, err := io.Copy(f, io.LimitReader(r.Body, maxUploadBytes+1))
+	n, err := io.Copy(f, io.LimitReader(r.Body, limit+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -583,6 +660,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	case n > maxUploadBytes:
 		writeError(w, http.StatusRequestEntityTooLarge, "an upload may be at most %d bytes", maxUploadBytes)
+		return
+	case n > limit:
+		writeError(w, http.StatusRequestEntityTooLarge, "%s", s.templates.quotaError(team, -1))
 		return
 	}
 	if err := os.Rename(f.Name(), dst); err != nil {
@@ -674,6 +754,8 @@ func (s *Server) specOf(team string, tp *template, body *startBody) (*environmen
 			if _, err := os.Stat(archive); err != nil {
 				return nil, step, fmt.Errorf("the files of COPY %s were not uploaded (hash %s)", arg(0), st.FilesHash[:12])
 			}
+			now := time.Now()
+			_ = os.Chtimes(archive, now, now) // used: the sweep keeps it uploadTTL more
 			spec.Steps = append(spec.Steps, environment.Step{Copy: &environment.CopyStep{Archive: archive, Src: arg(0), Dest: arg(1), Owner: arg(2), Mode: arg(3)}})
 		case "ENV":
 			if len(st.Args)%2 != 0 || len(st.Args) == 0 {
@@ -737,6 +819,11 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	b.triggered = true
 	b.StartCmd, b.ReadyCmd = body.StartCmd, body.ReadyCmd
+	for _, st := range body.Steps {
+		if st.Type == "COPY" && filesHashRE.MatchString(st.FilesHash) && !slices.Contains(b.Files, st.FilesHash) {
+			b.Files = append(b.Files, st.FilesHash)
+		}
+	}
 	t.mu.Unlock()
 	spec, step, err := s.specOf(team, tp, &body)
 	if err != nil {
@@ -752,28 +839,47 @@ func (s *Server) triggerBuild(w http.ResponseWriter, r *http.Request) {
 	t.mu.Lock()
 	b.Status, b.UpdatedAt = "building", time.Now().UTC()
 	_ = t.save(team)
-	t.mu.Unlock()
-	select {
-	case t.queue <- func() { s.runBuild(team, tp, b, spec, body.Force) }:
+	var refused error
+	switch {
+	case t.closed:
+		refused = errBuildShutdown
 	default:
-		s.finishBuild(team, tp, b, "", "base", errors.New("the build queue is full; try again later"))
+		if !t.started { // the queue's goroutine, from the first build on
+			t.started = true
+			go s.buildWorker()
+		}
+		force := body.Force
+		select { // t.mu held: close can't slip between the check and the send
+		case t.queue <- queuedBuild{team, tp, b, func(ctx context.Context) { s.runBuild(ctx, team, tp, b, spec, force) }}:
+		default:
+			refused = errors.New("the build queue is full; try again later")
+		}
+	}
+	t.mu.Unlock()
+	if refused != nil {
+		s.finishBuild(team, tp, b, "", "base", refused)
 	}
 	w.WriteHeader(http.StatusAccepted)
 }
 
-// runBuild is one queued build.
-func (s *Server) runBuild(team string, tp *template, b *tplBuild, spec *environment.Spec, force bool) {
+// runBuild is one queued build; ctx ends with the server.
+func (s *Server) runBuild(ctx context.Context, team string, tp *template, b *tplBuild, spec *environment.Spec, force bool) {
 	t := s.templates
 	t.mu.Lock()
 	b.Status, b.UpdatedAt = "building", time.Now().UTC()
 	t.mu.Unlock()
 	b.logs.add("info", "Building "+tp.Name+" with the environment builder")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	ctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
 	// Log carries every step header and command's output; of Progress only
 	// the summary lines (cached, built) are new, its step lines repeat Log's.
 	env, err := t.store.Build(ctx, spec, environment.BuildOptions{Progress: progressSummary{b.logs}, Log: b.logs, Force: force})
 	step := ""
+	if err != nil && t.ctx.Err() != nil {
+		// Whatever the step said as it was killed, the reason is ours.
+		s.log.Info("template build cancelled by the shutdown", "team", team, "template", tp.ID, "build", b.ID, "error", err)
+		err = errBuildShutdown
+	}
 	if err != nil {
 		var se *environment.StepError
 		if errors.As(err, &se) {
@@ -799,7 +905,13 @@ func (s *Server) finishBuild(team string, tp *template, b *tplBuild, envID, step
 	if err != nil {
 		b.Status, b.Reason, b.Step = "error", err.Error(), step
 		b.logs.add("error", "Build failed: "+err.Error())
-		s.log.Warn("template build failed", "team", team, "template", tp.ID, "build", b.ID, "step", step, "error", err)
+		args := []any{"team", team, "template", tp.ID, "build", b.ID, "step", step, "error", err}
+		if pe := (*environment.PullError)(nil); errors.As(err, &pe) && errors.Unwrap(pe) != nil {
+			// The operator's log has what the registry said; the tenant's
+			// status only our reason.
+			args = append(args, "detail", errors.Unwrap(pe).Error())
+		}
+		s.log.Warn("template build failed", args...)
 	} else {
 		b.Status, b.EnvID = "ready", envID
 		for _, tg := range b.Tags {
@@ -952,8 +1064,9 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	removed, kept := t.releaseBuilds(team, tp, live > 0)
+	files := t.releaseUploads(team, tp)
 	s.log.Info("template deleted", "team", team, "template", tp.ID, "name", tp.Name,
-		"builds_removed", removed, "builds_kept", kept)
+		"builds_removed", removed, "builds_kept", kept, "files_removed", files)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -1085,6 +1198,10 @@ func (s *Server) assignTags(w http.ResponseWriter, r *http.Request) {
 	tp := t.find(k.Team, name)
 	if tp == nil || tp.Tags[tag] == nil {
 		writeError(w, http.StatusNotFound, "template %q has no build tagged %q", name, tag)
+		return
+	}
+	if n := tp.tagsWith(req.Tags); n > maxTagsPerTemplate {
+		writeError(w, http.StatusBadRequest, "template %s would have %d tags, at most %d: delete some (DELETE /templates/tags) first", name, n, maxTagsPerTemplate)
 		return
 	}
 	id := tp.Tags[tag].BuildID

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -541,11 +542,15 @@ func TestTemplateQueueOneAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := &Server{templates: ts, log: slog.New(slog.DiscardHandler)}
+	ts.started = true
+	go s.buildWorker()
+	defer func() { _ = s.closeBuilds(time.Minute) }()
 	var mu sync.Mutex
 	running, most := 0, 0
 	done := make(chan struct{}, 4)
 	for i := 0; i < 4; i++ {
-		ts.queue <- func() {
+		ts.queue <- queuedBuild{run: func(context.Context) {
 			mu.Lock()
 			running++
 			most = max(most, running)
@@ -556,7 +561,7 @@ func TestTemplateQueueOneAtATime(t *testing.T) {
 			running--
 			mu.Unlock()
 			done <- struct{}{}
-		}
+		}}
 	}
 	for i := 0; i < 4; i++ {
 		<-done

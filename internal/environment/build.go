@@ -89,7 +89,7 @@ func (s *Store) Build(ctx context.Context, spec *Spec, opt BuildOptions) (*Build
 		}
 	}()
 	bl := &builder{spec: spec, in: in, id: id, work: work, rootfs: filepath.Join(work, "rootfs"), p: p,
-		storeDir: s.Dir, loopback: s.LoopbackPorts}
+		storeDir: s.Dir, loopback: s.LoopbackPorts, tenantPulls: s.TenantPulls}
 	defer func() { bl.jail.close() }()
 	if bl.log, err = os.Create(filepath.Join(work, "build.log")); err != nil {
 		return nil, err
@@ -195,6 +195,7 @@ type builder struct {
 	p            *progress
 	storeDir     string
 	loopback     []int // Store.LoopbackPorts
+	tenantPulls  bool  // Store.TenantPulls
 	jail         *jail // made by the first command run in the rootfs
 }
 

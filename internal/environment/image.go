@@ -31,11 +31,32 @@ func (b *builder) unpackImage(ctx context.Context) error {
 		}
 		// Pin the digest that went into the id, whatever the tag says now.
 		dref := ref.Context().Digest(b.in.ImageDigest)
-		img, err = remote.Image(dref, remote.WithContext(ctx))
+		reg, rerr := registryFor(ctx, b.tenantPulls, b.loopback)
+		if rerr != nil {
+			return rerr
+		}
+		defer reg.close()
+		img, err = remote.Image(dref, reg.opts...)
+		if err != nil {
+			return reg.pullErr(b.spec.Base.Image, err)
+		}
+		if err := b.extractImage(ctx, img); err != nil {
+			var le *layerReadError
+			if errors.As(err, &le) {
+				return reg.pullErr(b.spec.Base.Image, err)
+			}
+			return err
+		}
+		return nil
 	}
 	if err != nil {
 		return err
 	}
+	return b.extractImage(ctx, img)
+}
+
+// extractImage unpacks img's layers into the rootfs.
+func (b *builder) extractImage(ctx context.Context, img v1.Image) error {
 	if cf, err := img.ConfigFile(); err == nil && cf.Architecture != "" && cf.Architecture != "amd64" && cf.OS == "linux" {
 		return fmt.Errorf("the image is for %s/%s; sandboxes here run linux/amd64", cf.OS, cf.Architecture)
 	}
@@ -54,7 +75,7 @@ func (b *builder) unpackImage(ctx context.Context) error {
 	}
 	counter := b.p.bytes("unpack", total)
 	defer counter.finish()
-	return extractTar(ctx, io.TeeReader(rc, counter), b.rootfs)
+	return extractTar(ctx, io.TeeReader(pullReader{rc}, counter), b.rootfs)
 }
 
 // extractTar unpacks a tar stream under root. Every name and link target is

@@ -53,9 +53,14 @@ func (st *Store) resolveInputs(ctx context.Context, s *Spec) (*inputs, error) {
 		if d, ok := ref.(name.Digest); ok {
 			in.ImageDigest = d.DigestStr()
 		} else {
-			desc, err := remote.Head(ref, remote.WithContext(ctx))
+			reg, err := registryFor(ctx, st.TenantPulls, st.LoopbackPorts)
 			if err != nil {
-				return nil, fmt.Errorf("%w: base image %s: %w", ErrBuildFailed, s.Base.Image, err)
+				return nil, err
+			}
+			desc, err := remote.Head(ref, reg.opts...)
+			reg.close()
+			if err != nil {
+				return nil, reg.pullErr(s.Base.Image, err)
 			}
 			in.ImageDigest = desc.Digest.String()
 		}

@@ -207,7 +207,7 @@ func newJail(storeDir, work, rootfs string, loopback []int, logw io.Writer) (j *
 		return nil, fmt.Errorf("build jail: network: %w", err)
 	}
 	logger := log.New(&egress.CappedWriter{W: logw, Left: 1 << 20}, "build network: ", 0)
-	if j.stack, err = egress.Start(tun, egress.Policy{Mode: egress.ModeAll}, egress.Options{Logf: logger.Printf}); err != nil {
+	if j.stack, err = egress.Start(tun, stepsPolicy, egress.Options{Logf: logger.Printf}); err != nil {
 		return nil, fmt.Errorf("build jail: network: %w", err)
 	}
 	if err := j.loopbackUp(); err != nil {

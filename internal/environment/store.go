@@ -26,6 +26,15 @@ type Store struct {
 	// index on the build machine (tests serve theirs on loopback). Steps
 	// reach nothing else of the host; none by default.
 	LoopbackPorts []int
+	// TenantPulls marks image pulls as a tenant's (serve's template
+	// builds): every connection of a pull, redirects and token realms
+	// included, is checked at dial time by the policy build steps run
+	// under (the internet; never the host's own addresses, link-local or
+	// the private ranges; of the host's loopback only LoopbackPorts), no
+	// proxy from the environment is used, and a failed pull says why in
+	// our words only (*PullError), never with what the registry answered.
+	// Off, pulls go where the image names, as the operator's own tools do.
+	TenantPulls bool
 }
 
 // DefaultDir is where environments live unless told otherwise:
