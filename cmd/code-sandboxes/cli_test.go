@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,13 @@ var bin, runtime string
 
 func TestMain(m *testing.M) {
 	mcptest.MaybeServe() // this binary as the MCP server of TestMCPToolServer
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		// Fuzzing (scripts/fuzz.sh): its targets call functions only,
+		// and every fuzz process runs TestMain; the builds below are for
+		// the tests that run the CLI.
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "cs-cli-")
 	if err != nil {
 		panic(err)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -243,6 +244,17 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	return cmd
 }
 
+// parseCPUQuota is a CPU count: NaN and the infinities parse as floats
+// but are no quota (NaN compares false with every limit, so a total of
+// NaN would never refuse anything).
+func parseCPUQuota(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err == nil && (math.IsNaN(f) || math.IsInf(f, 0)) {
+		err = fmt.Errorf("%q is not a number of CPUs", v)
+	}
+	return f, err
+}
+
 // readKeyFile reads API keys, one a line: the key, an optional team name
 // and optional quota=value fields; blank lines and # comments skipped. A
 // key file readable by others is refused: it holds credentials.
@@ -261,6 +273,12 @@ func readKeyFile(path string) ([]e2bserver.Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--api-key-file: %w", err)
 	}
+	return parseKeyFile(path, b)
+}
+
+// parseKeyFile parses a key file's bytes (readKeyFile; path is for the
+// messages).
+func parseKeyFile(path string, b []byte) ([]e2bserver.Key, error) {
 	var keys []e2bserver.Key
 	for i, line := range strings.Split(string(b), "\n") {
 		if j := strings.IndexByte(line, '#'); j >= 0 {
@@ -299,9 +317,9 @@ func readKeyFile(path string) ([]e2bserver.Key, error) {
 				case "total-memory":
 					q.TotalMemory, err = parseSize(val)
 				case "cpu":
-					q.CPU, err = strconv.ParseFloat(val, 64)
+					q.CPU, err = parseCPUQuota(val)
 				case "total-cpu":
-					q.TotalCPU, err = strconv.ParseFloat(val, 64)
+					q.TotalCPU, err = parseCPUQuota(val)
 				default:
 					return nil, bad("unknown field %q; quotas are sandboxes, memory, cpu, total-memory, total-cpu, creates-per-minute", kv)
 				}

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,6 +81,14 @@ func CheckFileSignature(method string, q url.Values, accessToken string, now tim
 		op = "write"
 	default:
 		return fmt.Errorf("%w: %s is neither a read nor a write", ErrBadSignature, method)
+	}
+	// The SDKs hash "path:operation:user:token", so a ':' in the user
+	// would let a signature for one request verify another: a read of
+	// "p:write:u" as "v" hashes the text of a write of "p" as "u:read:v".
+	// With the user free of ':' (no Linux user name has one) the text
+	// splits one way only, from its end.
+	if u := q.Get("username"); strings.Contains(u, ":") {
+		return fmt.Errorf("%w: username %q: a user name has no ':'", ErrBadSignature, u)
 	}
 	var exp int64
 	if e := q.Get("signature_expiration"); e != "" {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -173,7 +174,15 @@ func (t *templateStore) load(team string) []*template {
 	if raw, err := os.ReadFile(filepath.Join(t.teamDir(team), "templates.json")); err == nil {
 		_ = json.Unmarshal(raw, &l)
 	}
+	// A corrupt record's nulls (a template, a build, a tag) are dropped:
+	// every lookup of the team would dereference them.
+	l = slices.DeleteFunc(l, func(tp *template) bool { return tp == nil })
 	for _, tp := range l {
+		tp.Builds = slices.DeleteFunc(tp.Builds, func(b *tplBuild) bool { return b == nil })
+		maps.DeleteFunc(tp.Tags, func(_ string, tg *tplTag) bool { return tg == nil })
+		if tp.Tags == nil {
+			tp.Tags = map[string]*tplTag{}
+		}
 		for _, b := range tp.Builds {
 			if b.Status == "waiting" || b.Status == "building" {
 				b.Status, b.Reason = "error", "the server restarted during the build; build again"

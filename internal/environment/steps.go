@@ -76,7 +76,7 @@ func (s *Spec) validateSteps() error {
 	}
 	for i, st := range s.Steps {
 		n := 0
-		for _, set := range []bool{st.Run != "", st.Copy != nil, st.Env != nil, st.Workdir != ""} {
+		for _, set := range []bool{st.Run != "", st.Copy != nil, len(st.Env) > 0, st.Workdir != ""} {
 			if set {
 				n++
 			}
