@@ -135,7 +135,7 @@ func FuzzDNSAnswer(f *testing.F) {
 				continue
 			}
 			addr := netipFrom(ip)
-			if ok, why := pol.reachable(addr, &s.host); !ok {
+			if ok, why := pol.reachable(addr, &theHost); !ok {
 				t.Fatalf("answer for %q carries %s, which the sandbox may not reach (%s)", name, addr, why)
 			}
 			for _, b := range alwaysBlocked {

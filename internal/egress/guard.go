@@ -35,7 +35,6 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 // it is refused like a literal address.
 type Guard struct {
 	c        *compiled
-	host     hostAddrs
 	loopback map[uint16]bool
 }
 
@@ -70,7 +69,7 @@ func (g *Guard) Check(dst netip.AddrPort) error {
 	if ip.IsLoopback() && g.loopback[dst.Port()] {
 		return nil
 	}
-	if v, why := g.c.check(ip, &g.host, &pinSet{}); v != direct {
+	if v, why := g.c.check(ip, &theHost, &pinSet{}); v != direct {
 		if why == "" {
 			why = "not allowed"
 		}
