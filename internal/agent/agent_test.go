@@ -531,6 +531,10 @@ func TestTokenAlternatives(t *testing.T) {
 		{"traffic token on /execute", "POST", "/execute", map[string]string{e2bauth.TrafficHeader: e2bauth.TrafficToken("s3cret")}, 401},
 		{"traffic token on envd", "POST", "/process.Process/List", map[string]string{e2bauth.TrafficHeader: e2bauth.TrafficToken("s3cret")}, 401},
 		{"signature on /contexts", "GET", "/contexts?signature=" + url.QueryEscape(e2bauth.FileSignature("", "read", "", "s3cret", 0)), nil, 401},
+		// A URL signed for the default user stays the default user's,
+		// whatever user an added Authorization header names (before: the
+		// header chose the user, root included).
+		{"signed read, a user added by header", "GET", signed(path, "read", "s3cret", 0), map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte("nosuchuser:"))}, 200},
 	} {
 		if got := do(c.method, c.target, c.hdr); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
