@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"strconv"
@@ -13,12 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -119,22 +115,8 @@ func TestTemplatePullRefusesHostLoopback(t *testing.T) {
 // TestTemplatePullOpenedLoopbackPort: the port the operator opened
 // (--template-build-loopback-port) still serves image pulls.
 func TestTemplatePullOpenedLoopbackPort(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	port := ln.Addr().(*net.TCPAddr).Port
-	img := "127.0.0.1:" + strconv.Itoa(port) + "/test/pull:1"
-	ref, err := name.ParseReference(img, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, smallImage(t)); err != nil {
-		t.Fatal(err)
-	}
+	port, ref := loopbackRegistry(t, "test/pull:1")
+	img := ref.String()
 	// A server on another opened port that answers with a body of its own:
 	// the build fails saying only the status.
 	const marker = "registry-body-marker-77c2"

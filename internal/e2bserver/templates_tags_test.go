@@ -16,9 +16,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-// readyTemplateServer serves a registry on an opened loopback port and
-// returns a server with template tplName built from it (tagged default).
-func readyTemplateServer(t *testing.T, tplName string) (*Server, string) {
+// loopbackRegistry serves a registry on the host's loopback holding
+// smallImage as repo ("name:tag"); it returns the port and the reference.
+func loopbackRegistry(t *testing.T, repo string) (int, name.Reference) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -28,13 +28,21 @@ func readyTemplateServer(t *testing.T, tplName string) (*Server, string) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	ref, err := name.ParseReference("127.0.0.1:"+strconv.Itoa(port)+"/test/tags:1", name.Insecure)
+	ref, err := name.ParseReference("127.0.0.1:"+strconv.Itoa(port)+"/"+repo, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := remote.Write(ref, smallImage(t)); err != nil {
 		t.Fatal(err)
 	}
+	return port, ref
+}
+
+// readyTemplateServer serves a registry on an opened loopback port and
+// returns a server with template tplName built from it (tagged default).
+func readyTemplateServer(t *testing.T, tplName string) (*Server, string) {
+	t.Helper()
+	port, ref := loopbackRegistry(t, "test/tags:1")
 	o := Options{TemplateBuilds: true, TemplateLoopback: []int{port}}
 	o.Config.EnvironmentDir = t.TempDir()
 	s, base := testServer(t, o)
