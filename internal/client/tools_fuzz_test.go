@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,17 +36,23 @@ func FuzzToolStream(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// Each input gets its own path prefix: an answer whose post the client
+	// gave up on when Serve returned may still reach the server during a
+	// later input, and must be judged against its own input's calls.
 	var mu sync.Mutex
-	var posted []string
+	posted := map[string][]string{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		run, id, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/run/"), "/x/tools/calls/")
 		mu.Lock()
-		posted = append(posted, strings.TrimPrefix(r.URL.EscapedPath(), "/x/tools/calls/"))
+		posted[run] = append(posted[run], id)
 		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	f.Cleanup(srv.Close)
-	c := New(Options{EnvdURL: srv.URL, InterpreterURL: srv.URL})
+	var runs atomic.Int64
 	f.Fuzz(func(t *testing.T, stream []byte) {
+		run := fmt.Sprint(runs.Add(1))
+		c := New(Options{EnvdURL: srv.URL, InterpreterURL: srv.URL + "/run/" + run})
 		// The calls the stream carries, as Serve reads it: lines up to the
 		// first one that does not decode.
 		want := map[string]int{}
@@ -66,9 +73,6 @@ func FuzzToolStream(f *testing.F) {
 				want[fmt.Sprintf("%s\x00%s\x00%s", l.ID, l.Tool, l.Args)]++
 			}
 		}
-		mu.Lock()
-		posted = posted[:0]
-		mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		sctx, scancel := context.WithCancel(ctx)
@@ -99,7 +103,8 @@ func FuzzToolStream(f *testing.F) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		for _, p := range posted {
+		defer delete(posted, run)
+		for _, p := range posted[run] {
 			found := false
 			for id := range ids {
 				if p == escapePath(id) {
