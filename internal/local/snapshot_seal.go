@@ -63,20 +63,14 @@ func snapshotKey(create bool) ([]byte, error) {
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
 		}
-		w, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-		if err == nil {
-			_, err = w.Write(key)
-			if cerr := w.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				_ = os.Remove(p)
-				return nil, fmt.Errorf("snapshot key %s: %w", p, err)
-			}
+		// Written whole under a name of its own, then linked into place:
+		// a concurrent snapshot sees either no key or all of it.
+		werr := publishKey(p, key)
+		if werr == nil {
 			return key, nil
 		}
-		if !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("snapshot key %s: %w", p, err)
+		if !errors.Is(werr, os.ErrExist) {
+			return nil, fmt.Errorf("snapshot key %s: %w", p, werr)
 		}
 		// Made by a concurrent snapshot: use that one.
 		f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
@@ -101,6 +95,25 @@ func snapshotKey(create bool) ([]byte, error) {
 		return nil, fmt.Errorf("snapshot key %s: %w", p, err)
 	}
 	return key, nil
+}
+
+// publishKey writes key to a temporary file beside p and links it to p,
+// failing with os.ErrExist when p is there already.
+func publishKey(p string, key []byte) error {
+	w, err := os.CreateTemp(filepath.Dir(p), ".snapshot-seal-*.key")
+	if err != nil {
+		return err
+	}
+	tmp := w.Name()
+	defer os.Remove(tmp)
+	_, err = w.Write(key)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Link(tmp, p)
 }
 
 // snapshotMAC is the seal of the snapshot name with snapshot.json meta and

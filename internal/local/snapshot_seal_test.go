@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -247,6 +248,39 @@ func TestSnapshotFilesPrivate(t *testing.T) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0x70000000, Gid: 0x70000000}}
 		if out, err := cmd.CombinedOutput(); err == nil || !bytes.Contains(out, []byte("ermission denied")) {
 			t.Errorf("%s as a sandbox's host uid: %v %q, want permission denied", p, err, out)
+		}
+	}
+}
+
+// TestSnapshotKeyConcurrentCreate: snapshots taken at once on a fresh
+// machine agree on one key; none sees a key half written or reports it
+// missing.
+func TestSnapshotKeyConcurrentCreate(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		t.Setenv(stateDirEnv, filepath.Join(t.TempDir(), "state"))
+		const n = 8
+		keys := make([][]byte, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				keys[i], errs[i] = snapshotKey(true)
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d, snapshot %d: %v", round, i, errs[i])
+			}
+			if !bytes.Equal(keys[i], keys[0]) {
+				t.Fatalf("round %d: snapshots %d and 0 got different keys", round, i)
+			}
+		}
+		ents, err := os.ReadDir(filepath.Dir(snapshotKeyPath()))
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("round %d: the key dir holds %v (%v), want the key alone", round, ents, err)
 		}
 	}
 }
