@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -30,6 +31,18 @@ import (
 // the API key's own team. Each build gets a tag of its own, so the
 // environment name returned ("name:tag") pins that build: a later build
 // under the same name never moves it.
+
+// reconcileScript removes from the template's Python what the lock doesn't
+// pin and the code interpreter doesn't need.
+//
+//go:embed reconcile.py
+var reconcileScript []byte
+
+// Where a build puts the lock and the script for the install step.
+const (
+	lockPath      = "/tmp/code-sandboxes-requirements.lock"
+	reconcilePath = "/tmp/code-sandboxes-reconcile.py"
+)
 
 // Template build limits: polling interval and the longest build waited for.
 const (
@@ -117,14 +130,25 @@ func templatePlan(es *environment.Spec) (templateBuildStart, []upload, error) {
 			strings.Join(apt, " ") + " && rm -rf /var/lib/apt/lists/*")
 	}
 	if lock != nil {
-		if err := copyFile("requirements.lock", "/tmp/code-sandboxes-requirements.lock", "0644", lock); err != nil {
+		// The template is reconciled to exactly the lock (uv pip sync
+		// semantics): installed with hashes required (uv where the
+		// template has it, pip otherwise), then what neither the lock nor
+		// the code interpreter needs is removed (reconcile.py says why not
+		// uv pip sync itself).
+		if err := copyFile("requirements.lock", lockPath, "0644", lock); err != nil {
 			return templateBuildStart{}, nil, err
 		}
-		cmd := "python3 -m pip install --no-cache-dir --require-hashes --no-input --disable-pip-version-check -r /tmp/code-sandboxes-requirements.lock"
-		if es.Pip.Index != "" {
-			cmd += " --index-url " + shellQuote(es.Pip.Index)
+		if err := copyFile("reconcile.py", reconcilePath, "0644", reconcileScript); err != nil {
+			return templateBuildStart{}, nil, err
 		}
-		run("PIP_BREAK_SYSTEM_PACKAGES=1 " + cmd + " && rm -f /tmp/code-sandboxes-requirements.lock")
+		index := ""
+		if es.Pip.Index != "" {
+			index = " --index-url " + shellQuote(es.Pip.Index)
+		}
+		run("set -e; export PIP_BREAK_SYSTEM_PACKAGES=1; " +
+			"if command -v uv >/dev/null; then uv pip install --system --break-system-packages --no-cache --require-hashes -r " + lockPath + index + "; " +
+			"else python3 -m pip install --no-cache-dir --require-hashes --no-input --disable-pip-version-check -r " + lockPath + index + "; fi; " +
+			"python3 " + reconcilePath + " " + lockPath + "; rm -f " + lockPath + " " + reconcilePath)
 	}
 	paths := make([]string, 0, len(files))
 	for p := range files {

@@ -141,26 +141,30 @@ func TestTemplateBuildFixture(t *testing.T) {
 	for _, s := range start.Steps {
 		types = append(types, s.Type)
 	}
-	if start.FromTemplate != "code-interpreter-v1" || start.FromImage != "" || strings.Join(types, " ") != "RUN COPY RUN COPY RUN ENV" {
+	if start.FromTemplate != "code-interpreter-v1" || start.FromImage != "" || strings.Join(types, " ") != "RUN COPY COPY RUN COPY RUN ENV" {
 		t.Fatalf("start body: %s", startBody)
 	}
 	if !strings.Contains(start.Steps[0].Args[0], "apt-get install -y --no-install-recommends tree") || start.Steps[0].Args[1] != "root" {
 		t.Errorf("apt step: %v", start.Steps[0].Args)
 	}
-	if !strings.Contains(start.Steps[2].Args[0], "--require-hashes") || !strings.Contains(start.Steps[2].Args[0], "--index-url 'http://127.0.0.1:9/simple'") {
-		t.Errorf("pip step: %v", start.Steps[2].Args)
+	if a := start.Steps[2].Args; a[0] != "reconcile.py" || a[1] != "/tmp/code-sandboxes-reconcile.py" {
+		t.Errorf("reconcile script copy step: %v", a)
 	}
-	if a := start.Steps[3].Args; a[1] != "/opt/app/config.toml" || a[3] != "0600" {
+	if pip := start.Steps[3].Args[0]; !strings.Contains(pip, "--require-hashes") || !strings.Contains(pip, "--index-url 'http://127.0.0.1:9/simple'") ||
+		!strings.Contains(pip, "python3 /tmp/code-sandboxes-reconcile.py /tmp/code-sandboxes-requirements.lock") || !strings.Contains(pip, "uv pip install --system") {
+		t.Errorf("pip step: %v", start.Steps[3].Args)
+	}
+	if a := start.Steps[4].Args; a[1] != "/opt/app/config.toml" || a[3] != "0600" {
 		t.Errorf("file copy step: %v", a)
 	}
-	if !strings.Contains(start.Steps[4].Args[0], "usermod -l user") || !strings.Contains(start.Steps[4].Args[0], "usermod -g 100 user") {
-		t.Errorf("identity step: %v", start.Steps[4].Args)
+	if !strings.Contains(start.Steps[5].Args[0], "usermod -l user") || !strings.Contains(start.Steps[5].Args[0], "usermod -g 100 user") {
+		t.Errorf("identity step: %v", start.Steps[5].Args)
 	}
-	if env := strings.Join(start.Steps[5].Args, " "); env != "LANG C.UTF-8 LC_ALL C.UTF-8 APP_MODE test" {
+	if env := strings.Join(start.Steps[6].Args, " "); env != "LANG C.UTF-8 LC_ALL C.UTF-8 APP_MODE test" {
 		t.Errorf("env step: %q", env)
 	}
 	// Each copy step's archive arrived under its hash, holding the file.
-	for _, i := range []int{1, 3} {
+	for _, i := range []int{1, 2, 4} {
 		s := start.Steps[i]
 		raw, ok := uploads[s.FilesHash]
 		if !ok {

@@ -19,15 +19,20 @@ import (
 )
 
 // Wheel makes a minimal pure-Python wheel of dist at version whose package
-// module has source as its __init__.py.
-func Wheel(t testing.TB, dist, version, module, source string) []byte {
+// module has source as its __init__.py; requires are its Requires-Dist
+// lines (PEP 508).
+func Wheel(t testing.TB, dist, version, module, source string, requires ...string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	z := zip.NewWriter(&buf)
-	info := fmt.Sprintf("%s-%s.dist-info", dist, version)
+	info := fmt.Sprintf("%s-%s.dist-info", strings.ReplaceAll(dist, "-", "_"), version)
+	meta := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", dist, version)
+	for _, r := range requires {
+		meta += "Requires-Dist: " + r + "\n"
+	}
 	files := []struct{ name, content string }{
 		{module + "/__init__.py", source},
-		{info + "/METADATA", fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", dist, version)},
+		{info + "/METADATA", meta},
 		{info + "/WHEEL", "Wheel-Version: 1.0\nGenerator: code-sandboxes-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
 	}
 	var record strings.Builder
