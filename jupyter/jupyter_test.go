@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,10 +24,29 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/jupyter"
 )
 
-// server is a real Jupyter Server the test started: on 127.0.0.1, a random
-// port and token, its root a temporary directory.
+// server is a real Jupyter Server the tests started: on 127.0.0.1, a
+// random port and token, its root a temporary directory. The tests share
+// it (a server takes seconds to start); each has a directory of its own
+// in it, its sandboxes' working directory, and closes its sandboxes.
 type server struct {
-	url, token, root string
+	url, token string
+	root       string // the test's directory on disk
+	dir        string // the same, relative to the server's root
+}
+
+var shared struct {
+	once    sync.Once
+	s       *server
+	err     error
+	cleanup func()
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.cleanup != nil {
+		shared.cleanup()
+	}
+	os.Exit(code)
 }
 
 // jupyterPython finds a python3 that has jupyter_server (Debian's
@@ -40,31 +60,45 @@ func jupyterPython() string {
 	return ""
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
+// startServer gives the test its view of the shared server, started on
+// first use.
 func startServer(t *testing.T) *server {
 	t.Helper()
 	py := jupyterPython()
 	testdep.Require(t, py != "", "no python3 with jupyter_server and ipykernel (apt-get install python3-jupyter-server)")
-	base := t.TempDir()
+	shared.once.Do(func() { shared.s, shared.cleanup, shared.err = launch(py) })
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	dir := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	root := filepath.Join(shared.s.root, dir)
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
+	return &server{url: shared.s.url, token: shared.s.token, root: root, dir: dir}
+}
+
+func launch(py string) (*server, func(), error) {
+	base, err := os.MkdirTemp("", "jupyter-test-")
+	if err != nil {
+		return nil, nil, err
+	}
 	root := filepath.Join(base, "root")
 	for _, d := range []string{root, filepath.Join(base, "runtime"), filepath.Join(base, "config"), filepath.Join(base, "data")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 	}
 	var tb [16]byte
 	_, _ = rand.Read(tb[:])
 	token := hex.EncodeToString(tb[:])
-	port := freePort(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
 	args := []string{"-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
 		fmt.Sprintf("--ServerApp.port=%d", port), "--ServerApp.port_retries=0",
 		"--ServerApp.token=" + token, "--ServerApp.root_dir=" + root}
@@ -73,19 +107,19 @@ func startServer(t *testing.T) *server {
 	}
 	cmd := exec.Command(py, args...)
 	// Its own config, runtime and data directories: nothing of the
-	// machine's Jupyter setup leaks in, nothing of the test's stays.
+	// machine's Jupyter setup leaks in, nothing of the tests' stays.
 	cmd.Env = append(os.Environ(), "JUPYTER_RUNTIME_DIR="+filepath.Join(base, "runtime"),
 		"JUPYTER_CONFIG_DIR="+filepath.Join(base, "config"), "JUPYTER_DATA_DIR="+filepath.Join(base, "data"),
 		"HOME="+base, "PYTHONNOUSERSITE=1")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	cleanup := func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -93,22 +127,46 @@ func startServer(t *testing.T) *server {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-exited
 		}
-	})
+		_ = os.RemoveAll(base)
+	}
 	s := &server{url: fmt.Sprintf("http://127.0.0.1:%d", port), token: token, root: root}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if st, err := s.get("/api/status", nil); err == nil && st == http.StatusOK {
-			return s
+			return s, cleanup, nil
 		}
 		select {
 		case <-exited:
-			t.Fatalf("jupyter server exited:\n%s", logs.String())
+			cleanup()
+			return nil, nil, fmt.Errorf("jupyter server exited:\n%s", logs.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("jupyter server not up in 60s:\n%s", logs.String())
+			cleanup()
+			return nil, nil, fmt.Errorf("jupyter server not up in 90s:\n%s", logs.String())
 		}
 	}
+}
+
+// lockedBuffer keeps the server's first MiB of logs, for a failure.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() < 1<<20 {
+		l.b.Write(p)
+	}
+	return len(p), nil
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // get calls the server's API directly (the test's own view of it).
@@ -139,7 +197,7 @@ func (s *server) kernels(t *testing.T) int {
 }
 
 func (s *server) cfg() sandboxes.Config {
-	return sandboxes.Config{Variant: "jupyter", Options: jupyter.Options{URL: s.url, Token: s.token}}
+	return sandboxes.Config{Variant: "jupyter", Options: jupyter.Options{URL: s.url, Token: s.token, Dir: s.dir}}
 }
 
 func create(t *testing.T, s *server, cfg sandboxes.Config) *sandboxes.Sandbox {
@@ -211,7 +269,7 @@ func TestJupyterContextsIsolated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Cwd: "/sub"})
+	b, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Cwd: "/" + s.dir + "/sub"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +300,7 @@ func TestJupyterContextsIsolated(t *testing.T) {
 	if _, err := sb.RunCode(ctx, "1", sandboxes.InContext(b)); !errors.Is(err, sandboxes.ErrNotFound) {
 		t.Errorf("run in a deleted context: %v, want ErrNotFound", err)
 	}
-	if _, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Cwd: "/missing"}); !errors.Is(err, sandboxes.ErrNotFound) {
+	if _, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Cwd: "/" + s.dir + "/missing"}); !errors.Is(err, sandboxes.ErrNotFound) {
 		t.Errorf("context in a missing directory: %v, want ErrNotFound (not a kernel silently elsewhere)", err)
 	}
 	if _, err := sb.CreateContext(ctx, sandboxes.ContextOptions{Language: "cobol"}); !errors.Is(err, sandboxes.ErrInvalidInput) || !strings.Contains(err.Error(), "python3 (python)") {
@@ -382,7 +440,8 @@ func TestJupyterFiles(t *testing.T) {
 	for n := range bin {
 		bin[n] = byte(n)
 	}
-	if err := fs.WriteBytes(ctx, "/data/deep/t.txt", text); err != nil {
+	abs := "/" + s.dir // the test's directory, absolute (from the server's root)
+	if err := fs.WriteBytes(ctx, abs+"/data/deep/t.txt", text); err != nil {
 		t.Fatal(err)
 	}
 	if err := fs.WriteBytes(ctx, "data/b.bin", bin); err != nil {
@@ -395,7 +454,7 @@ func TestJupyterFiles(t *testing.T) {
 			t.Errorf("%s on disk: %q %v", p, got, err)
 		}
 	}
-	for p, want := range map[string][]byte{"/data/deep/t.txt": text, "data/b.bin": bin} {
+	for p, want := range map[string][]byte{abs + "/data/deep/t.txt": text, "data/b.bin": bin} {
 		got, err := fs.ReadBytes(ctx, p)
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("read %s: %q %v", p, got, err)
@@ -405,7 +464,7 @@ func TestJupyterFiles(t *testing.T) {
 	if ex := run(t, sb, "open('data/b.bin','rb').read() == bytes(range(256))*4"); len(ex.Results) != 1 || ex.Results[0].Text() != "True" {
 		t.Errorf("the kernel doesn't see the upload: %+v", ex)
 	}
-	entries, err := fs.List(ctx, "/data", 2)
+	entries, err := fs.List(ctx, "data", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,38 +472,38 @@ func TestJupyterFiles(t *testing.T) {
 	for _, e := range entries {
 		names[e.Path] = e.Type
 	}
-	if names["/data/b.bin"] != "file" || names["/data/deep"] != "dir" || names["/data/deep/t.txt"] != "file" {
+	if names[abs+"/data/b.bin"] != "file" || names[abs+"/data/deep"] != "dir" || names[abs+"/data/deep/t.txt"] != "file" {
 		t.Errorf("list: %v", names)
 	}
-	st, err := fs.Stat(ctx, "/data/b.bin")
+	st, err := fs.Stat(ctx, "data/b.bin")
 	if err != nil || st.Size != int64(len(bin)) || st.Type != "file" {
 		t.Errorf("stat: %+v %v", st, err)
 	}
-	if made, err := fs.MakeDir(ctx, "/made/here"); err != nil || !made {
+	if made, err := fs.MakeDir(ctx, "made/here"); err != nil || !made {
 		t.Errorf("mkdir: %v %v", made, err)
 	}
-	if made, err := fs.MakeDir(ctx, "/made/here"); err != nil || made {
+	if made, err := fs.MakeDir(ctx, "made/here"); err != nil || made {
 		t.Errorf("mkdir again: %v %v, want false", made, err)
 	}
-	if _, err := fs.Rename(ctx, "/data/b.bin", "/made/b.bin"); err != nil {
+	if _, err := fs.Rename(ctx, "data/b.bin", abs+"/made/b.bin"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(s.root, "made", "b.bin")); err != nil {
 		t.Errorf("rename: %v", err)
 	}
-	if err := fs.Remove(ctx, "/data"); err != nil {
+	if err := fs.Remove(ctx, "data"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(s.root, "data")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("removed tree still there: %v", err)
 	}
-	if ok, err := fs.Exists(ctx, "/data/deep/t.txt"); ok || err != nil {
+	if ok, err := fs.Exists(ctx, "data/deep/t.txt"); ok || err != nil {
 		t.Errorf("exists after remove: %v %v", ok, err)
 	}
-	if err := fs.Remove(ctx, "/data"); err != nil {
+	if err := fs.Remove(ctx, "data"); err != nil {
 		t.Errorf("removing a missing path: %v, want nil", err)
 	}
-	if _, err := fs.ReadBytes(ctx, "/nothing"); !errors.Is(err, sandboxes.ErrNotFound) {
+	if _, err := fs.ReadBytes(ctx, "nothing"); !errors.Is(err, sandboxes.ErrNotFound) {
 		t.Errorf("read a missing file: %v, want ErrNotFound", err)
 	}
 	// Paths stay inside the server's root.
@@ -639,5 +698,67 @@ func TestJupyterNothingLeft(t *testing.T) {
 	}
 	if n := s.kernels(t); n != 0 {
 		t.Errorf("%d kernels left after Kill", n)
+	}
+}
+
+// TestJupyterHugeMessage: a kernel message past the variant's bound (32
+// MiB) ends the execution with an error, not with the memory of the
+// caller; the sandbox works on afterwards.
+func TestJupyterHugeMessage(t *testing.T) {
+	s := startServer(t)
+	sb := create(t, s, s.cfg())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// A comm_open: the server rate-limits streams and displays, not comms.
+	ex, err := sb.RunCode(ctx, "from ipykernel.comm import Comm\nComm(target_name='big', data={'x': 'x' * (40 << 20)})")
+	if err == nil {
+		t.Fatalf("a 40 MiB message was accepted: %+v", ex)
+	}
+	if !errors.Is(err, sandboxes.ErrUnavailable) {
+		t.Errorf("huge message: %v, want ErrUnavailable", err)
+	}
+	if ex := run(t, sb, "1+1"); len(ex.Results) != 1 || ex.Results[0].Text() != "2" {
+		t.Errorf("after the huge message: %+v", ex)
+	}
+}
+
+// TestJupyterForeignSessions: the server's other sessions (a notebook's,
+// or one named like ours but malformed) are neither listed nor shut down.
+func TestJupyterForeignSessions(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	body := `{"path": "` + s.dir + `/x.ipynb", "type": "notebook", "name": "code-sandboxes {\"sandbox\":\"../../x\",\"context\":\"default\"}", "kernel": {"name": "python3"}}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url+"/api/sessions", strings.NewReader(body))
+	req.Header.Set("Authorization", "token "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var foreign struct {
+		ID string `json:"id"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&foreign)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || foreign.ID == "" {
+		t.Fatalf("foreign session: %d", resp.StatusCode)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, s.url+"/api/sessions/"+foreign.ID, nil)
+		req.Header.Set("Authorization", "token "+s.token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	sb := create(t, s, s.cfg())
+	list, err := sandboxes.List(ctx, s.cfg(), sandboxes.ListOptions{})
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID() {
+		t.Errorf("list: %+v %v, want only the sandbox", list, err)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.kernels(t); n != 1 {
+		t.Errorf("%d kernels after Close, want the foreign one", n)
 	}
 }
