@@ -31,12 +31,15 @@ import (
 // (code, a variable's value); files are bounded by maxFileBytes.
 const maxBodyBytes = 64 << 20
 
+// keepaliveEvery is the silence after which an execution stream carries a
+// keepalive line.
+var keepaliveEvery = 5 * time.Second
+
 // memListener hands in-memory connections to an http.Server.
 type memListener struct {
-	conns  chan net.Conn
-	done   chan struct{}
-	once   sync.Once
-	closed bool
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
 }
 
 func newMemListener() *memListener {
@@ -181,20 +184,54 @@ func (i *instance) hExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
-	started := false
+	var mu sync.Mutex
+	started, last := false, time.Now()
 	emit := func(l line) error {
+		mu.Lock()
+		defer mu.Unlock()
 		if !started {
 			started = true
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			w.WriteHeader(http.StatusOK)
 		}
+		last = time.Now()
+		// A caller that stops reading must not hold the kernel forever.
+		_ = rc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
 		if err := enc.Encode(l); err != nil {
 			return err
 		}
 		return rc.Flush()
 	}
+	// A keepalive line after keepaliveEvery of silence, as our agent and
+	// E2B's server send (the first one starts the stream): the client
+	// takes a silent stream for a dead sandbox after its stall timeout (2
+	// min), and code may compute for longer without a word.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(keepaliveEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				mu.Lock()
+				idle := time.Since(last) >= keepaliveEvery
+				mu.Unlock()
+				if idle {
+					_ = emit(line{"type": "keepalive"})
+				}
+			}
+		}
+	}()
 	timeout := time.Duration(req.Timeout * float64(time.Second))
-	if err := i.execute(r.Context(), k, req.Code, req.EnvVars, timeout, emit); err != nil {
+	err = i.execute(r.Context(), k, req.Code, req.EnvVars, timeout, emit)
+	close(done)
+	wg.Wait()
+	if err != nil {
 		if !started {
 			fail(w, fmt.Errorf("execute: %w", err))
 			return

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
@@ -18,6 +19,7 @@ import (
 const (
 	maxAnswerBytes = 96 << 20
 	maxErrorBytes  = 64 << 10
+	callTimeout    = 3 * time.Minute
 )
 
 // APIError is a non-2xx answer of the Jupyter Server.
@@ -68,6 +70,10 @@ func (c *conf) url(p string) string { return c.base.String() + p }
 // call makes one REST call with a JSON body (in, or nil) and decodes a
 // bounded JSON answer into out (or discards it).
 func (c *conf) call(ctx context.Context, op, method, p string, in, out any) error {
+	// Every call ends: a server that stops sending mid-answer can't hold
+	// one forever (starting a kernel on a loaded host takes seconds).
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)

@@ -242,7 +242,8 @@ func (c *conf) deleteSession(ctx context.Context, id string) error {
 // context finds a context by id; for "" it is the default context of
 // language (started on first use).
 func (i *instance) context(ctx context.Context, id, language string) (*kctx, error) {
-	if id == "" {
+	lazy := id == ""
+	if lazy {
 		id = "default"
 		if l := normLanguage(language); l != "python" {
 			id = "default-" + l
@@ -255,7 +256,7 @@ func (i *instance) context(ctx context.Context, id, language string) (*kctx, err
 	if k, ok := i.contexts[id]; ok {
 		return k, nil
 	}
-	if !strings.HasPrefix(id, "default") {
+	if !lazy {
 		return nil, fmt.Errorf("context %s: %w", id, sberr.ErrNotFound)
 	}
 	if !validID(id) {

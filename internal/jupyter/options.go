@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -98,8 +99,10 @@ func resolve(spec driver.Spec) (*conf, error) {
 	}
 	hc := o.HTTPClient
 	if hc == nil {
+		d := net.Dialer{Timeout: 30 * time.Second}
 		hc = &http.Client{Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           d.DialContext,
 			ResponseHeaderTimeout: 2 * time.Minute,
 			TLSHandshakeTimeout:   15 * time.Second,
 			IdleConnTimeout:       90 * time.Second,
