@@ -622,6 +622,15 @@ func TestJupyterRefusals(t *testing.T) {
 			t.Errorf("%s: %v does not name the variant", name, err)
 		}
 	}
+	envs, err := sandboxes.ListEnvironments(ctx, s.cfg())
+	if err != nil || len(envs) == 0 || envs[0].Name != "python3" || envs[0].Variant != "jupyter" {
+		t.Errorf("environments: %+v %v, want the server's python3 kernel spec", envs, err)
+	}
+	cfg := s.cfg()
+	cfg.Environment = "no-such-kernel"
+	if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrNotFound) {
+		t.Errorf("an Environment that is no kernel spec of the server: %v, want ErrNotFound", err)
+	}
 	if n := s.kernels(t); n != 0 {
 		t.Errorf("%d kernels after refused creates", n)
 	}
