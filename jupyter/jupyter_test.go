@@ -3,23 +3,19 @@ package jupyter_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/jupytertest"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 	"github.com/code-sandboxes/code-sandboxes/jupyter"
 )
@@ -49,24 +45,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// jupyterPython finds a python3 that has jupyter_server (Debian's
-// python3-jupyter-server installs it for /usr/bin/python3).
-func jupyterPython() string {
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(p, "-c", "import jupyter_server, ipykernel").Run() == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // startServer gives the test its view of the shared server, started on
 // first use.
 func startServer(t *testing.T) *server {
 	t.Helper()
-	py := jupyterPython()
+	py := jupytertest.Python()
 	testdep.Require(t, py != "", "no python3 with jupyter_server and ipykernel (apt-get install python3-jupyter-server)")
-	shared.once.Do(func() { shared.s, shared.cleanup, shared.err = launch(py) })
+	shared.once.Do(func() {
+		var js *jupytertest.Server
+		js, shared.cleanup, shared.err = jupytertest.Launch(py)
+		if js != nil {
+			shared.s = &server{url: js.URL, token: js.Token, root: js.Root}
+		}
+	})
 	if shared.err != nil {
 		t.Fatal(shared.err)
 	}
@@ -77,96 +68,6 @@ func startServer(t *testing.T) *server {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(root) })
 	return &server{url: shared.s.url, token: shared.s.token, root: root, dir: dir}
-}
-
-func launch(py string) (*server, func(), error) {
-	base, err := os.MkdirTemp("", "jupyter-test-")
-	if err != nil {
-		return nil, nil, err
-	}
-	root := filepath.Join(base, "root")
-	for _, d := range []string{root, filepath.Join(base, "runtime"), filepath.Join(base, "config"), filepath.Join(base, "data")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, nil, err
-		}
-	}
-	var tb [16]byte
-	_, _ = rand.Read(tb[:])
-	token := hex.EncodeToString(tb[:])
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	args := []string{"-m", "jupyter_server", "--no-browser", "--ServerApp.ip=127.0.0.1",
-		fmt.Sprintf("--ServerApp.port=%d", port), "--ServerApp.port_retries=0",
-		"--ServerApp.token=" + token, "--ServerApp.root_dir=" + root}
-	if os.Geteuid() == 0 {
-		args = append(args, "--allow-root") // CI runs as root
-	}
-	cmd := exec.Command(py, args...)
-	// Its own config, runtime and data directories: nothing of the
-	// machine's Jupyter setup leaks in, nothing of the tests' stays.
-	cmd.Env = append(os.Environ(), "JUPYTER_RUNTIME_DIR="+filepath.Join(base, "runtime"),
-		"JUPYTER_CONFIG_DIR="+filepath.Join(base, "config"), "JUPYTER_DATA_DIR="+filepath.Join(base, "data"),
-		"HOME="+base, "PYTHONNOUSERSITE=1")
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	cleanup := func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-		_ = os.RemoveAll(base)
-	}
-	s := &server{url: fmt.Sprintf("http://127.0.0.1:%d", port), token: token, root: root}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		if st, err := s.get("/api/status", nil); err == nil && st == http.StatusOK {
-			return s, cleanup, nil
-		}
-		select {
-		case <-exited:
-			cleanup()
-			return nil, nil, fmt.Errorf("jupyter server exited:\n%s", logs.String())
-		case <-time.After(200 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			cleanup()
-			return nil, nil, fmt.Errorf("jupyter server not up in 90s:\n%s", logs.String())
-		}
-	}
-}
-
-// lockedBuffer keeps the server's first MiB of logs, for a failure.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() < 1<<20 {
-		l.b.Write(p)
-	}
-	return len(p), nil
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // get calls the server's API directly (the test's own view of it).

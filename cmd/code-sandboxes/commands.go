@@ -75,11 +75,13 @@ func (c *common) open(cmd *cobra.Command, defaultLifetime, defaultIdle time.Dura
 		}
 		return sb, func() { _ = sb.Detach() }, nil
 	}
-	if cfg.MaxLifetime == 0 {
-		cfg.MaxLifetime = defaultLifetime
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = defaultIdle
+	if ownsLifetimes(cfg.Variant) {
+		if cfg.MaxLifetime == 0 {
+			cfg.MaxLifetime = defaultLifetime
+		}
+		if cfg.IdleTimeout == 0 {
+			cfg.IdleTimeout = defaultIdle
+		}
 	}
 	sb, err = sandboxes.Create(ctx, cfg)
 	if err != nil {
@@ -859,3 +861,8 @@ func versionCmd() *cobra.Command {
 		},
 	}
 }
+
+// ownsLifetimes says whether the CLI's default lifetimes apply: the jupyter
+// variant runs kernels on a server whose lifetime it doesn't own, and
+// refuses any.
+func ownsLifetimes(variant string) bool { return variant != "jupyter" }

@@ -126,7 +126,7 @@ is used when only ANTHROPIC_API_KEY is set.`,
 			if err != nil {
 				return err
 			}
-			if cfg.MaxLifetime == 0 {
+			if cfg.MaxLifetime == 0 && ownsLifetimes(cfg.Variant) {
 				cfg.MaxLifetime = time.Hour
 			}
 			ctx := cmd.Context()
