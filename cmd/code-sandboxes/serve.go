@@ -35,6 +35,7 @@ func serveCmd() *cobra.Command {
 		maxTimeout                                                    time.Duration
 		maxSnapshots, maxPaused                                       int
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
+		allowInsecure                                                 bool
 		toolServers                                                   []string
 		templateLoopback                                              []int
 		templateUploadQuota                                           string
@@ -155,18 +156,19 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir, WarmPool: warmPool}},
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
-				DefaultNetwork:      network,
-				MaxNetwork:          maxNetwork,
-				RequireTrafficToken: requireTraffic,
-				AllowPrivate:        allowPrivate,
-				TemplateBuilds:      templateBuilds,
-				TemplateLoopback:    templateLoopback,
-				TemplateUploadQuota: uploadQuota,
-				MetricsToken:        metricsToken,
-				MaxTimeout:          maxTimeout,
-				MaxSnapshots:        maxSnapshots,
-				MaxPaused:           maxPaused,
-				Logger:              logger,
+				DefaultNetwork:         network,
+				MaxNetwork:             maxNetwork,
+				RequireTrafficToken:    requireTraffic,
+				AllowInsecureSandboxes: allowInsecure,
+				AllowPrivate:           allowPrivate,
+				TemplateBuilds:         templateBuilds,
+				TemplateLoopback:       templateLoopback,
+				TemplateUploadQuota:    uploadQuota,
+				MetricsToken:           metricsToken,
+				MaxTimeout:             maxTimeout,
+				MaxSnapshots:           maxSnapshots,
+				MaxPaused:              maxPaused,
+				Logger:                 logger,
 			})
 			if err != nil {
 				return err
@@ -232,6 +234,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.IntSliceVar(&templateLoopback, "template-build-loopback-port", nil, "a TCP port of this machine's loopback that template build steps may reach at 127.0.0.1:<port> (a package index served here); repeatable; none by default")
 	f.BoolVar(&allowPrivate, "allow-private", false, "let sandboxes with network reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and let allowOut list them; never the host itself, loopback or cloud metadata")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
+	f.BoolVar(&allowInsecure, "allow-insecure-sandboxes", false, "accept E2B's secure: false at create: that sandbox's envd (commands, files, code) then answers anyone who can reach this server and knows the sandbox's id, without a token; the API (create, connect, kill) still needs the team's key")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
