@@ -1295,6 +1295,43 @@ def _tools_build(module):
     ns["__all__"] = sorted(granted)
 
 
+class _UserSiteFinder:
+    """Last on sys.meta_path: a top-level import nothing else found may be
+    of a package pip put in the user's site (~/.local/...) after the kernel
+    started: `pip install` in a command, as E2B's users write it. site adds
+    that directory only if it exists at start-up, and a sandbox's fresh home
+    has none. Once it exists, it is added (with its .pth files, where site
+    would have put it) and the import looks again. The failed imports before
+    cost a stat each."""
+
+    done = False
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or self.done:
+            return None
+        import site
+
+        if not site.ENABLE_USER_SITE:
+            self.done = True
+            return None
+        usersite = site.getusersitepackages()
+        if usersite in sys.path or not os.path.isdir(usersite):
+            return None
+        self.done = True
+        site.addsitedir(usersite)
+        try:
+            sys.path.remove(usersite)
+        except ValueError:
+            pass
+        at = next((i for i, p in enumerate(sys.path) if p.endswith(("site-packages", "dist-packages"))), len(sys.path))
+        sys.path.insert(at, usersite)
+        sys.path_importer_cache.pop(usersite, None)
+        return sys.modules["_frozen_importlib_external"].PathFinder.find_spec(name, None, target)
+
+    def invalidate_caches(self):
+        pass
+
+
 class _ImportHook:
     """Meta-path finder that reacts to a few imports without importing them
     itself: MPLBACKEND=Agg before matplotlib loads, and patches pyplot.show /
@@ -2694,6 +2731,7 @@ def _main():
     sys.stderr = _Stream(2, "<stderr>")
     sys.argv = [""]
     sys.meta_path.insert(0, _ImportHook())
+    sys.meta_path.append(_UserSiteFinder())
     for name, after in (("system", _ended_child), ("posix_spawn", _spawned_child), ("posix_spawnp", _spawned_child)):
         f = getattr(os, name, None)
         if f is not None:
