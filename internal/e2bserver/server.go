@@ -345,6 +345,10 @@ func New(o Options) (*Server, error) {
 	}
 	s.api = s.routes()
 	s.proxy = newDataPlane(s)
+	if s.allowInsecure {
+		// Said once at start: the operator chose it, the log shows it.
+		s.log.Warn("secure: false is allowed (" + insecureFlag + "): the envd of a sandbox created so answers anyone who reaches this server and knows its id, without a token")
+	}
 	return s, nil
 }
 
