@@ -36,7 +36,7 @@ func serveCmd() *cobra.Command {
 		maxTimeout                                                    time.Duration
 		maxSnapshots, maxPaused                                       int
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
-		k8sEnforced                                                   bool
+		k8sEnforced, allowInsecure                                    bool
 		toolServers                                                   []string
 		templateLoopback                                              []int
 		templateUploadQuota                                           string
@@ -165,18 +165,19 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir, WarmPool: warmPool}},
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
-				DefaultNetwork:      network,
-				MaxNetwork:          maxNetwork,
-				RequireTrafficToken: requireTraffic,
-				AllowPrivate:        allowPrivate,
-				TemplateBuilds:      templateBuilds,
-				TemplateLoopback:    templateLoopback,
-				TemplateUploadQuota: uploadQuota,
-				MetricsToken:        metricsToken,
-				MaxTimeout:          maxTimeout,
-				MaxSnapshots:        maxSnapshots,
-				MaxPaused:           maxPaused,
-				Logger:              logger,
+				DefaultNetwork:         network,
+				MaxNetwork:             maxNetwork,
+				RequireTrafficToken:    requireTraffic,
+				AllowInsecureSandboxes: allowInsecure,
+				AllowPrivate:           allowPrivate,
+				TemplateBuilds:         templateBuilds,
+				TemplateLoopback:       templateLoopback,
+				TemplateUploadQuota:    uploadQuota,
+				MetricsToken:           metricsToken,
+				MaxTimeout:             maxTimeout,
+				MaxSnapshots:           maxSnapshots,
+				MaxPaused:              maxPaused,
+				Logger:                 logger,
 			})
 			if err != nil {
 				return err
@@ -243,6 +244,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.BoolVar(&allowPrivate, "allow-private", false, "let sandboxes with network reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and let allowOut list them; never the host itself, loopback or cloud metadata")
 	f.BoolVar(&k8sEnforced, "k8s-network-policy-enforced", false, "--variant kubernetes: assert that the cluster's network plugin enforces NetworkPolicy, for a plugin the variant can neither see in kube-system nor prove with a sandbox's pod (docs/kubernetes.md); every network policy there needs one")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
+	f.BoolVar(&allowInsecure, "allow-insecure-sandboxes", false, "accept E2B's secure: false at create: that sandbox's envd (commands, files, code) then answers anyone who can reach this server and knows the sandbox's id, without a token; the API (create, connect, kill) still needs the team's key")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")
