@@ -1,0 +1,8 @@
+//go:build !linux
+
+package main
+
+import "golang.org/x/sys/unix"
+
+// flushInput drops what the terminal has queued as input and nobody read.
+func flushInput(fd int) { _ = unix.IoctlSetPointerInt(fd, unix.TIOCFLUSH, unix.FREAD) }
