@@ -157,6 +157,19 @@ func runShell(cmd *cobra.Command, c *common, in, out *os.File) (err error) {
 			// came from elsewhere (kill, a closed window) and ends us.
 			return exitError{128 + int(s.(syscall.Signal))}
 		case <-ctx.Done():
+			// main's context ends on SIGINT and SIGTERM, which sigs gets
+			// too: exit as that signal, whichever channel was first.
+			for wait := time.After(200 * time.Millisecond); ; {
+				select {
+				case s := <-sigs:
+					if s != syscall.SIGWINCH {
+						return exitError{128 + int(s.(syscall.Signal))}
+					}
+					continue
+				case <-wait:
+				}
+				break
+			}
 			return ctx.Err()
 		}
 	}

@@ -246,3 +246,91 @@ func TestTermFilter(t *testing.T) {
 		}
 	}
 }
+
+// shell SANDBOX runs in a sandbox that goes on: a signal to the CLI ends
+// it with 128+signal, restores the terminal, and kills the shell it
+// started there, while the sandbox stays.
+func TestShellExistingSandboxSignal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	out, errs, code := cli(t, "", "create", "--name", "cli-shell-existing", "--lifetime", "5m")
+	id := strings.TrimSpace(out)
+	if code != 0 || id == "" {
+		t.Fatalf("create: %d %q %q", code, out, errs)
+	}
+	defer cli(t, "", "delete", "-y", id)
+
+	master, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer tty.Close()
+	before, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "shell", id)
+	cmd.Env = append(os.Environ(), "CODE_SANDBOXES_RUNTIME_DIR="+runtime, "TERM=xterm")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	term := &ptyOutput{}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			term.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	if _, err := master.Write([]byte("echo in-$((6*7))\r")); err != nil {
+		t.Fatal(err)
+	}
+	term.waitFor(t, "in-42\r\n", 90*time.Second, nil)
+
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+			t.Errorf("SIGTERM: the CLI ended with %v, want exit status %d", err, 128+int(syscall.SIGTERM))
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the CLI did not end on SIGTERM")
+	}
+	after, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *after != *before {
+		t.Errorf("local terminal mode not restored after SIGTERM")
+	}
+	// The sandbox goes on; the login shell the CLI started there doesn't.
+	probe := `import os
+n = 0
+for p in os.listdir('/proc'):
+    try:
+        if p.isdigit() and open('/proc/%s/cmdline' % p, 'rb').read() == b'/bin/bash\x00-i\x00-l\x00':
+            n += 1
+    except OSError:
+        pass
+print('shells', n)`
+	for i := 0; ; i++ {
+		out, errs, code = cli(t, "", "exec", "--sandbox", id, probe)
+		if code == 0 && strings.TrimSpace(out) == "shells 0" {
+			break
+		}
+		if i == 20 {
+			t.Fatalf("after the CLI ended: %d %q %q, want the sandbox running and no shell left", code, out, errs)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
