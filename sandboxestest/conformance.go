@@ -481,6 +481,67 @@ s.serve_forever()'`)
 			t.Fatalf("import in the kernel = %q (error %v)", ex.Text(), ex.Error)
 		}
 	})
+	t.Run("Terminal", func(t *testing.T) {
+		term, err := sb.OpenTerminal(ctx, sandboxes.TerminalOptions{Cols: 100, Rows: 30})
+		if errors.Is(err, sandboxes.ErrNotSupported) {
+			t.Skipf("no terminals on this variant: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer term.Close()
+		var mu sync.Mutex
+		var out bytes.Buffer
+		eof := make(chan struct{})
+		go func() {
+			defer close(eof)
+			p := make([]byte, 4096)
+			for {
+				n, err := term.Read(p)
+				mu.Lock()
+				if out.Len() < 1<<20 {
+					out.Write(p[:n])
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		waitFor := func(want string) {
+			t.Helper()
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				mu.Lock()
+				s := out.String()
+				mu.Unlock()
+				if strings.Contains(s, want) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("terminal output has no %q: %q", want, s)
+				}
+			}
+		}
+		if _, err := term.Write([]byte("echo $((6*7)); stty size\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("42\r\n30 100\r\n")
+		if err := term.Resize(ctx, 120, 50); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := term.Write([]byte("stty size; exit 3\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("50 120\r\n")
+		select {
+		case <-eof:
+		case <-time.After(30 * time.Second):
+			t.Fatal("terminal output did not end after exit")
+		}
+		if code, err := term.Wait(ctx); code != 3 || err != nil {
+			t.Errorf("exit status = %d, %v; want 3", code, err)
+		}
+	})
 
 	t.Run("Variables", func(t *testing.T) {
 		if err := sb.SetVariable(ctx, "cfg", map[string]any{"n": 3, "name": "x"}); err != nil {

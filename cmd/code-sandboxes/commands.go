@@ -187,6 +187,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd())
+	root.AddCommand(shellCmd())
 	for _, c := range append(pauseCommands, serverCommands...) {
 		root.AddCommand(c())
 	}
