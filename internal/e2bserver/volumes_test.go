@@ -311,3 +311,49 @@ func TestVolumeSurvivesRestart(t *testing.T) {
 		t.Fatalf("a new sandbox reads %q", got)
 	}
 }
+
+// E2B's official JS SDK's Volume against serve (e2e/e2bjs/volume.test.mjs):
+// the static calls, the volume's file calls, volumeMounts at create, and
+// destroy refused while mounted, then done.
+func TestOfficialJSSDKVolume(t *testing.T) {
+	needVolumes(t)
+	node, npm := needNode(t)
+	npmCI(t, npm)
+	_, url := testServer(t, Options{VolumeDir: volumeDir(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep := runNodeScript(ctx, t, node, "volume.test.mjs", url, "E2B_VOLUME_API_URL="+url)
+	want := map[string]string{
+		"list":    `["jsvol"]`,
+		"getInfo": `{"name":"jsvol","sameToken":true}`,
+		"files": `{"written":{"path":"/dir/a.txt","size":12,"type":"file"},"read":"hello volume","dir":"directory",` +
+			`"info":{"size":12,"type":"file","mtimeIsDate":true},"mode":384,"root":["d2:directory","dir:directory"],` +
+			`"deep":["/d2","/d2/sub","/dir","/dir/a.txt"],"d2Gone":true,"exists":true}`,
+		"missing":      `{"error":"VolumePathNotFoundError"}`,
+		"mount":        `{"inSandbox":"from the API","fromSandbox":"from the sandbox\n","mounts":[{"name":"jsvol","path":"/mnt/vol"}]}`,
+		"destroy":      `{"first":true,"again":false,"after":"VolumeNotFoundError"}`,
+		"destroyInUse": "",
+	}
+	for name, w := range want {
+		got := string(rep.Steps[name])
+		if name == "destroyInUse" {
+			if !strings.Contains(got, `"error":"VolumeError"`) || !strings.Contains(got, "kill them first") {
+				t.Errorf("step %s: %s", name, got)
+			}
+			continue
+		}
+		if got != w {
+			t.Errorf("step %s:\n got %s\nwant %s", name, got, w)
+		}
+	}
+	var c struct {
+		ID, Name string
+		HasToken bool
+	}
+	if err := json.Unmarshal(rep.Steps["create"], &c); err != nil || !volumeIDPattern.MatchString(c.ID) || c.Name != "jsvol" || !c.HasToken {
+		t.Errorf("step create: %s", rep.Steps["create"])
+	}
+	if got, w := string(rep.Steps["connect"]), fmt.Sprintf(`{"name":"jsvol","id":%q}`, c.ID); got != w {
+		t.Errorf("step connect: %s, want %s", got, w)
+	}
+}
