@@ -42,11 +42,12 @@ type common struct {
 	runtimeDir  string
 	sandbox     string // exec/repl --sandbox: an existing sandbox
 	isolation   string
+	volumes     []string // --volume NAME:/path (volumes.go)
 }
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation", "volume"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -109,6 +110,7 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringArrayVar(&c.deny, "deny", nil, "with --network all: an IP or CIDR the sandbox may not reach (repeatable; 0.0.0.0/0 denies everything); --allow then lists the exceptions (allowed wins, as E2B's allowOut over denyOut)")
 	f.BoolVar(&c.allowPriv, "allow-private", false, "with --network all or allowlist: also reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
+	f.StringArrayVar(&c.volumes, "volume", nil, "mount a volume read-write as NAME:/path (a volume from `code-sandboxes volumes create`) or /host/dir:/path (repeatable; local and docker)")
 	f.StringVar(&c.isolation, "isolation", "", "isolation level: namespaces (the default) or gvisor (gVisor's user-space kernel between the code and the host's: local as root with runsc installed, docker with the engine's runsc runtime, kubernetes through a RuntimeClass)")
 }
 
@@ -160,6 +162,9 @@ func (c *common) config() (sandboxes.Config, error) {
 	if cfg.Memory, err = parseSize(c.memory); err != nil {
 		return cfg, err
 	}
+	if cfg.Volumes, err = parseVolumes(c.volumes); err != nil {
+		return cfg, err
+	}
 	switch p := strings.TrimSpace(c.pids); {
 	case p == "":
 	case strings.EqualFold(p, "unlimited"):
@@ -184,7 +189,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd())
+	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), volumesCmd(), versionCmd())
 	for _, c := range append(pauseCommands, serverCommands...) {
 		root.AddCommand(c())
 	}
