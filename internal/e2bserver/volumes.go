@@ -535,6 +535,8 @@ func (c volumeCall) fail(what string, err error) {
 		writeError(c.w, http.StatusRequestEntityTooLarge, "%s: the volume is full (its size is fixed by the server, serve --volume-size); remove files first", what)
 	case errors.Is(err, fs.ErrExist):
 		writeError(c.w, http.StatusConflict, "%s: %q exists", what, "/"+c.rel)
+	case errors.Is(err, syscall.ENXIO):
+		writeError(c.w, http.StatusBadRequest, "%s: %q is not a regular file", what, "/"+c.rel)
 	case errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ENOTEMPTY):
 		writeError(c.w, http.StatusBadRequest, "%s: %v", what, errors.Unwrap(err))
 	default:
@@ -624,7 +626,9 @@ func (c volumeCall) list() {
 	out := []entryStat{}
 	var walk func(rel string, d int) error
 	walk = func(rel string, d int) error {
-		f, err := c.root.Open(rel)
+		// Never blocking (a FIFO swapped in would hold the open), and a
+		// directory only.
+		f, err := c.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
 		if err != nil {
 			return err
 		}
@@ -736,7 +740,9 @@ func (c volumeCall) makeDir() {
 }
 
 func (c volumeCall) read() {
-	f, err := c.root.Open(c.rel)
+	// O_NONBLOCK: what a sandbox planted (a FIFO) must not hold the
+	// open; only a regular file is read.
+	f, err := c.root.OpenFile(c.rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		c.fail("read", err)
 		return
@@ -777,8 +783,20 @@ func (c volumeCall) write(limit int64) {
 	if mode == 0 {
 		mode = 0o666
 	}
-	f, err := c.root.OpenFile(c.rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	// O_NONBLOCK and no O_TRUNC until it is known to be a regular file:
+	// a FIFO or a device planted there is refused, never opened for good.
+	f, err := c.root.OpenFile(c.rel, os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, mode)
 	if err != nil {
+		c.fail("write", err)
+		return
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		writeError(c.w, http.StatusBadRequest, "write: %q is not a regular file; remove it first", "/"+c.rel)
+		return
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
 		c.fail("write", err)
 		return
 	}

@@ -357,3 +357,52 @@ func TestOfficialJSSDKVolume(t *testing.T) {
 		t.Errorf("step connect: %s, want %s", got, w)
 	}
 }
+
+// What a sandbox can plant in its volume can't hang or fool the content
+// API: a FIFO (opening it would block until a writer comes), a symlink out
+// of the volume (absolute or by ..) and one to a directory outside: each
+// answered at once, never with the host's files.
+func TestVolumeContentPlantedFiles(t *testing.T) {
+	needVolumes(t)
+	s, base := testServer(t, Options{VolumeDir: volumeDir(t)})
+	v := newVolume(t, base, testKey, "planted")
+	mnt := s.volumes.mnt(v.VolumeID)
+	// Planted as a sandbox would (the same file system, from the host).
+	if err := syscall.Mkfifo(filepath.Join(mnt, "fifo"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"abs": "/etc/passwd", "rel": "../../../../../../etc/passwd", "dir": "/etc"} {
+		if err := os.Symlink(target, filepath.Join(mnt, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type res struct {
+		st   int
+		body []byte
+	}
+	for _, c := range []struct{ method, op, path string }{
+		{"GET", "file", "/fifo"}, {"PUT", "file", "/fifo"}, {"GET", "dir", "/fifo"},
+		{"GET", "file", "/abs"}, {"GET", "file", "/rel"}, {"GET", "dir", "/dir"}, {"PUT", "file", "/abs"}, {"PUT", "file", "/dir/x"},
+	} {
+		done := make(chan res, 1)
+		go func() {
+			var body []byte
+			if c.method == "PUT" {
+				body = []byte("x")
+			}
+			st, b := content(t, base, c.method, v.VolumeID, c.op, c.path, v.Token, body)
+			done <- res{st, b}
+		}()
+		select {
+		case r := <-done:
+			if r.st < 400 || r.st >= 500 || strings.Contains(string(r.body), "root:") {
+				t.Errorf("%s %s %s: %d %s", c.method, c.op, c.path, r.st, r.body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s %s %s: no answer in 10s", c.method, c.op, c.path)
+		}
+	}
+	if b, err := os.ReadFile("/etc/passwd"); err != nil || len(b) == 0 {
+		t.Fatalf("/etc/passwd: %v", err)
+	}
+}
