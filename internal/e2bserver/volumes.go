@@ -356,6 +356,12 @@ func (s *Server) volumeMountsOf(team string, raw []json.RawMessage) ([]sandboxes
 	if err := volumeSupport(); err != nil {
 		return nil, nil, none, fmt.Errorf("volume mounts: %w", err)
 	}
+	if s.cfg.Variant != "local" && s.cfg.Variant != "docker" {
+		// serve's volumes are file systems on this host: a pod elsewhere
+		// can't mount them (the kubernetes variant mounts claims through
+		// the Go API, not yet through serve).
+		return nil, nil, none, fmt.Errorf("volume mounts: serve's volumes live on this host and its %s sandboxes can't mount them; use serve with --variant local or docker", s.cfg.Variant)
+	}
 	var mounts []sandboxes.VolumeMount
 	tags := map[string]string{}
 	var vids []string
