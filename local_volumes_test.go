@@ -80,3 +80,39 @@ func TestVolumeMountRefused(t *testing.T) {
 		}
 	}
 }
+
+// With an environment's rootfs, whose /mnt is an empty read-only
+// directory of the image, the volume still mounts at /mnt/data (a small
+// tmpfs holds the mount point, hiding nothing); a path in a non-empty
+// read-only directory of the image is refused with what to do.
+func TestLocalVolumeMountRootfs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates sandboxes")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	sb := newLocal(t, func(c *sandboxes.Config) {
+		c.Environment = "python"
+		c.Volumes = []sandboxes.VolumeMount{{Source: dir, Path: "/mnt/data"}}
+	})
+	ex := runOut(t, sb, `open("/mnt/data/f","w").write("rootfs"); import os; print(sorted(os.listdir("/mnt")))`)
+	if ex.Error != nil || strings.TrimSpace(ex.Stdout()) != "['data']" {
+		t.Fatalf("%q %v", ex.Stdout(), ex.Error)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "f")); err != nil || string(b) != "rootfs" {
+		t.Fatalf("on the host: %q %v", b, err)
+	}
+	cfg := localConfig(t)
+	cfg.Environment = "python"
+	cfg.Volumes = []sandboxes.VolumeMount{{Source: dir, Path: "/var/lib/x"}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if sb, err := sandboxes.Create(ctx, cfg); err == nil {
+		_ = sb.Close()
+		t.Fatal("created with a volume inside the image's /var/lib")
+	} else if !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("refusal doesn't say why: %v", err)
+	}
+}
