@@ -406,3 +406,39 @@ func TestVolumeContentPlantedFiles(t *testing.T) {
 		t.Fatalf("/etc/passwd: %v", err)
 	}
 }
+
+// serve on the docker variant: two containers of a team share a volume
+// (each container's user a host uid of its own), the content API sees
+// what they wrote, and the size bound holds there too.
+func TestVolumeDockerVariant(t *testing.T) {
+	needVolumes(t)
+	needDocker(t)
+	s, base := testServer(t, Options{VolumeDir: volumeDir(t), VolumeSize: 32 << 20,
+		Config: sandboxes.Config{Variant: "docker", EnvironmentDir: os.Getenv("CODE_SANDBOXES_TEST_ENV_DIR")}})
+	v := newVolume(t, base, testKey, "dv")
+	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120,"volumeMounts":[{"name":"dv","path":"/mnt/d"}]}`)
+	b := createSB(t, base, testKey, `{"templateID":"base","timeout":120,"volumeMounts":[{"name":"dv","path":"/home/user/d"}]}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	stdoutRunner(ctx, t, s, a.SandboxID)(`open("/mnt/d/f","w").write("docker a")`)
+	if got := stdoutRunner(ctx, t, s, b.SandboxID)(`open("/home/user/d/f","a").write(" b"); print(open("/home/user/d/f").read(), end="")`); got != "docker a b" {
+		t.Fatalf("b reads %q", got)
+	}
+	if st, body := content(t, base, "GET", v.VolumeID, "file", "/f", v.Token, nil); st != 200 || string(body) != "docker a b" {
+		t.Fatalf("content: %d %q", st, body)
+	}
+	got := stdoutRunner(ctx, t, s, a.SandboxID)(`
+import errno
+try:
+    with open("/mnt/d/big", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+    print("wrote all")
+except OSError as e:
+    print("errno", e.errno == errno.ENOSPC)
+`)
+	if strings.TrimSpace(got) != "errno True" {
+		t.Fatalf("a 64 MiB write in a 32 MiB volume: %q", got)
+	}
+}
