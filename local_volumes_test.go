@@ -107,6 +107,10 @@ func TestLocalVolumeMountRootfs(t *testing.T) {
 	cfg := localConfig(t)
 	cfg.Environment = "python"
 	cfg.Volumes = []sandboxes.VolumeMount{{Source: dir, Path: "/var/lib/x"}}
+	// A runtime directory of its own: the failed sandbox's supervisor
+	// removes its directory as it exits, which may be after this test.
+	rt := t.TempDir()
+	cfg.Local.RuntimeDir = rt
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if sb, err := sandboxes.Create(ctx, cfg); err == nil {
@@ -114,5 +118,23 @@ func TestLocalVolumeMountRootfs(t *testing.T) {
 		t.Fatal("created with a volume inside the image's /var/lib")
 	} else if !strings.Contains(err.Error(), "read-only") {
 		t.Fatalf("refusal doesn't say why: %v", err)
+	}
+	// Nothing of it stays (waiting for the condition, bounded).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ents, _ := os.ReadDir(rt)
+		n := 0
+		for _, e := range ents {
+			if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && len(e.Name()) == 32 {
+				n++
+			}
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed sandbox left %d directories in %s", n, rt)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
