@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -184,6 +185,12 @@ type Config struct {
 	// first (the built-in "python" on first use); nil = os.Stderr.
 	BuildOutput io.Writer
 
+	// Volumes are mounted read-write into the sandbox, each at its Path
+	// (CheckVolumePath): storage that outlives the sandbox, shared by the
+	// sandboxes that mount it. Local (namespaces isolation), docker and
+	// kubernetes; refused with ErrNotSupported elsewhere.
+	Volumes []VolumeMount
+
 	// Tools are granted to the sandbox at creation (see Tool and
 	// Sandbox.RegisterTools): its code calls them with import tools.
 	Tools []Tool
@@ -325,6 +332,12 @@ func (c Config) spec() (driver.Spec, error) {
 			return bad("environment variable name %q is invalid", k)
 		}
 	}
+	if err := checkVolumes(c.Volumes); err != nil {
+		return driver.Spec{}, err
+	}
+	for _, m := range c.Volumes {
+		s.Volumes = append(s.Volumes, driver.Volume{Source: m.Source, Path: path.Clean(m.Path)})
+	}
 	if s.Name == "" {
 		s.Name = generateName()
 	}
@@ -373,6 +386,9 @@ func Create(ctx context.Context, cfg Config) (*Sandbox, error) {
 			has = "the default and " + strings.Join(levels, ", ")
 		}
 		return nil, fmt.Errorf("%w: the %s variant has no isolation level %q (it has %s)", ErrNotSupported, spec.Variant, spec.Isolation, has)
+	}
+	if len(spec.Volumes) > 0 && !v.Capabilities().Volumes {
+		return nil, fmt.Errorf("%w: the %s variant can't mount volumes; use local, docker or kubernetes", ErrNotSupported, v.Name())
 	}
 	if spec.AutoPause && v.Name() != "local" {
 		return nil, fmt.Errorf("%w: AutoPause pauses the sandbox when its lifetime ends, and the %s variant can't pause: %s", ErrNotSupported, v.Name(), pauseRefusal(v.Name()))

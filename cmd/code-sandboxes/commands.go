@@ -45,11 +45,12 @@ type common struct {
 	language    string // exec, create, repl: the kernel the code runs in
 	packages    []string
 	pkgIndex    string
+	volumes     []string // --volume NAME:/path (volumes.go)
 }
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation", "package", "package-index"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation", "package", "package-index", "volume"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -116,6 +117,7 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
 	f.StringArrayVar(&c.packages, "package", nil, "pip-install this requirement (name or name==1.2) in the sandbox before the code runs (repeatable; needs --network all or an allowlist that reaches the index)")
 	f.StringVar(&c.pkgIndex, "package-index", "", "with --package: the index URL pip installs from (default: pip's own configuration)")
+	f.StringArrayVar(&c.volumes, "volume", nil, "mount a volume read-write as NAME:/path (a volume from `code-sandboxes volumes create`) or /host/dir:/path (repeatable; local and docker)")
 	f.StringVar(&c.isolation, "isolation", "", "isolation level: namespaces (the default) or gvisor (gVisor's user-space kernel between the code and the host's: local as root with runsc installed, docker with the engine's runsc runtime, kubernetes through a RuntimeClass)")
 }
 
@@ -171,6 +173,9 @@ func (c *common) config() (sandboxes.Config, error) {
 	if cfg.Memory, err = parseSize(c.memory); err != nil {
 		return cfg, err
 	}
+	if cfg.Volumes, err = parseVolumes(c.volumes); err != nil {
+		return cfg, err
+	}
 	switch p := strings.TrimSpace(c.pids); {
 	case p == "":
 	case strings.EqualFold(p, "unlimited"):
@@ -195,7 +200,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd())
+	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), volumesCmd(), versionCmd())
 	root.AddCommand(shellCmd())
 	for _, c := range append(pauseCommands, serverCommands...) {
 		root.AddCommand(c())

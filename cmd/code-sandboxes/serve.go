@@ -40,6 +40,7 @@ func serveCmd() *cobra.Command {
 		toolServers                                                   []string
 		templateLoopback                                              []int
 		templateUploadQuota                                           string
+		vols                                                          serveVolumes
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -156,7 +157,12 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 					return fmt.Errorf("--tool-server %s: %w", name, err)
 				}
 			}
+			var vo e2bserver.Options
+			if err := vols.apply(&vo); err != nil {
+				return err
+			}
 			srv, err := e2bserver.New(e2bserver.Options{
+				VolumeDir: vo.VolumeDir, VolumeSize: vo.VolumeSize, MaxVolumes: vo.MaxVolumes,
 				ToolSets: toolSets,
 				Keys:     keys,
 				// E2B's lifetime is its timeout, extended only by
@@ -209,7 +215,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			}
 			url := "http://" + ln.Addr().String()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "E2B_API_URL=%s\nE2B_SANDBOX_URL=%s\n", url, url)
+			fmt.Fprintf(out, "E2B_API_URL=%s\nE2B_SANDBOX_URL=%s\nE2B_VOLUME_API_URL=%s\n", url, url, url)
 			if generated {
 				fmt.Fprintf(out, "E2B_API_KEY=%s\n", apiKey)
 			}
@@ -224,6 +230,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 		},
 	}
 	f := cmd.Flags()
+	vols.register(f)
 	f.StringVar(&listen, "listen", "127.0.0.1:3000", "address to listen on (API and sandbox traffic)")
 	f.StringVar(&variant, "variant", "local", "variant that runs the sandboxes: local, docker or kubernetes (its settings come from the usual environment: DOCKER_HOST, KUBECONFIG, …)")
 	f.StringVar(&keyFile, "api-key-file", "", "file of API keys: one a line, `key [team] [quota=value…]` (# comments allowed; mode 600); re-read on SIGHUP")

@@ -92,7 +92,7 @@ func (Variant) Name() string { return "docker" }
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
 		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
-		Isolations: []string{isolationGVisor}}
+		Isolations: []string{isolationGVisor}, Volumes: true}
 }
 
 // Environments implements driver.Variant: the store's named builds (host
@@ -205,6 +205,11 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 	}
 	if err := checkPackages(spec, network); err != nil {
 		return nil, err
+	}
+	for _, vol := range spec.Volumes {
+		if err := checkVolumeSource(vol.Source); err != nil {
+			return nil, err
+		}
 	}
 	if network != "none" {
 		if err := checkNetworked(spec); err != nil {
@@ -567,6 +572,13 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		},
+	}
+	// Volumes: each host directory bound read-write (not recursively: a
+	// mount below the source stays out), the engine resolving the target
+	// inside the container's root.
+	for _, v := range spec.Volumes {
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: v.Source, Target: v.Path,
+			BindOptions: &mount.BindOptions{NonRecursive: true, Propagation: mount.PropagationRPrivate}})
 	}
 	if ls.hostUID != 0 {
 		// The agent gives the sandbox a user namespace of its own (uid

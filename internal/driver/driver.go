@@ -83,6 +83,9 @@ type Spec struct {
 	EnvironmentDir string
 	// BuildOutput receives build progress (nil = os.Stderr).
 	BuildOutput io.Writer
+	// Volumes are mounted read-write into the sandbox (Capabilities.Volumes);
+	// their paths are checked (sandboxes.CheckVolumePath).
+	Volumes []Volume
 	// Options are the variant's own settings, of the type its package
 	// defines (local.Options, docker.Options, …); nil = its defaults. The
 	// shared Spec knows no variant: a new one adds a package, not fields.
@@ -148,10 +151,21 @@ type Capabilities struct {
 	// Isolations are the isolation levels the variant offers besides its
 	// default ("namespaces"), e.g. "gvisor".
 	Isolations []string
+	// Volumes: the variant mounts Spec.Volumes; one that can't is
+	// refused before Create.
+	Volumes bool
 	// DefaultLifetime replaces the package's default lifetime (24 h) when
 	// the caller gives none: a service that caps lifetimes lower (E2B's
 	// hobby tier: 1 h) would refuse the default otherwise.
 	DefaultLifetime time.Duration
+}
+
+// Volume is a directory that outlives sandboxes, mounted read-write at
+// Path. Source is a host directory (local, docker) or the name of a
+// PersistentVolumeClaim in the sandbox's namespace (kubernetes).
+type Volume struct {
+	Source string
+	Path   string
 }
 
 // Environment is a named sandbox image.

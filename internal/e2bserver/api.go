@@ -55,6 +55,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
 	mux.HandleFunc("GET /snapshots", s.listSnapshots)
 	s.templateRoutes(mux)
+	s.volumeRoutes(mux)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no route for %s %s on this server (a self-hosted E2B: sandboxes API only)", r.Method, r.URL.Path)
@@ -79,6 +80,11 @@ func (s *Server) routes() http.Handler {
 			// A copy step's archive, to a URL whose signature stands for
 			// the key (the SDK sends none there, as to E2B's storage).
 			s.upload(rec, r)
+			return
+		}
+		if isVolumeContent(r) {
+			// A volume's own API: its token, not an API key (as E2B's).
+			s.volumeContent(rec, r)
 			return
 		}
 		k, ok := s.checkKey(r)
@@ -289,9 +295,6 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 		// the operator's opt-in.
 		writeError(w, http.StatusBadRequest, "secure: false (a sandbox whose envd needs no access token) is refused: this server runs without %s; drop the secure option, or ask the operator to start serve with %s", insecureFlag, insecureFlag)
 		return
-	case len(req.VolumeMounts) > 0:
-		writeError(w, http.StatusBadRequest, "volume mounts are not supported")
-		return
 	case len(req.MCP) > 0 && string(req.MCP) != "null":
 		writeError(w, http.StatusBadRequest, "MCP gateways are not supported")
 		return
@@ -373,6 +376,19 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	}
 	tags[tagTemplate] = req.TemplateID
 	tags[tagTeam] = k.Team
+	if len(req.VolumeMounts) > 0 && snap != "" {
+		writeError(w, http.StatusBadRequest, "a sandbox from snapshot %q can't mount volumes; drop volumeMounts or create it from a template", req.TemplateID)
+		return
+	}
+	vmounts, vtags, vrelease, err := s.volumeMountsOf(k.Team, req.VolumeMounts)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	defer vrelease()
+	for key, v := range vtags {
+		tags[key] = v
+	}
 	if private {
 		tags[tagPrivate] = "true"
 	}
@@ -419,6 +435,7 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 		cfg.Environment = envID
 	}
 	cfg.Snapshot = snap
+	cfg.Volumes = vmounts
 	// The request must not be what ends the sandbox's creation half-way when
 	// the client gives up; a bounded background context does.
 	// Shutdown ends it too (after its grace period), so a create can't
@@ -756,6 +773,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll, EnvdAccessToken: e.envdToken()}
+	d.VolumeMounts = s.mountsOfTags(e.team, i.Tags)
 	if st := e.net.Load(); st != nil {
 		// What this server was asked (a restart forgets it: then only
 		// allowInternetAccess, from the sandbox's policy).

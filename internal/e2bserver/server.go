@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -176,6 +177,14 @@ type Options struct {
 	// Logger receives who created, connected to and killed what, and one
 	// debug line per API call; nil = discard.
 	Logger *slog.Logger
+	// VolumeDir keeps E2B volumes (volumes.go), a directory per volume;
+	// "" = e2b-volumes in the environment store's directory (beside the
+	// templates). VolumeSize is each volume's size in bytes (0 =
+	// DefaultVolumeSize); MaxVolumes bounds a team's volumes (0 =
+	// DefaultMaxVolumes).
+	VolumeDir  string
+	VolumeSize int64
+	MaxVolumes int
 	// ToolSets are the tools a create request may grant its sandbox, by
 	// set name (serve's --tool-server NAME=…: the tools of one MCP
 	// server). E2B's SDKs can't register functions, so this is how code
@@ -210,6 +219,7 @@ type Server struct {
 	proxy          *dataPlane
 	metrics        *metrics
 	templates      *templateStore
+	volumes        *volumeStore
 	// via marks requests this server forwards, so that one coming back
 	// (a tunnel to the server's own listener) is refused, not looped.
 	via string
@@ -342,6 +352,13 @@ func New(o Options) (*Server, error) {
 	s.metrics = newMetrics(s)
 	if s.templates, err = newTemplatesQuota(s.cfg.EnvironmentDir, o.TemplateBuilds, o.TemplateLoopback, o.TemplateUploadQuota); err != nil {
 		return nil, fmt.Errorf("e2bserver: templates: %w", err)
+	}
+	vdir := o.VolumeDir
+	if vdir == "" {
+		vdir = filepath.Join(s.templates.store.Dir, "e2b-volumes")
+	}
+	if s.volumes, err = newVolumeStore(vdir, o.VolumeSize, o.MaxVolumes); err != nil {
+		return nil, fmt.Errorf("e2bserver: volumes: %w", err)
 	}
 	s.api = s.routes()
 	s.proxy = newDataPlane(s)

@@ -250,7 +250,7 @@ func stage1(cfg *childConfig) error {
 	// Wait until Start has put us into our cgroup.
 	// With a rootfs the release carries its directory's fd.
 	var b [1]byte
-	oob := make([]byte, unix.CmsgSpace(2*4))
+	oob := make([]byte, unix.CmsgSpace((2+maxVolumes)*4))
 	n, oobn, _, _, err := unix.Recvmsg(cfg.SyncFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
 	for errors.Is(err, unix.EINTR) {
 		n, oobn, _, _, err = unix.Recvmsg(cfg.SyncFD, b[:], oob, unix.MSG_CMSG_CLOEXEC)
@@ -282,7 +282,7 @@ func stage1(cfg *childConfig) error {
 	unix.Close(cfg.SyncFD)
 	// The release carries, in this order, the rootfs's directory and (with
 	// a root user) the binary, both opened in our mount namespace.
-	want := 0
+	want := len(cfg.Volumes)
 	if cfg.Rootfs != "" {
 		want++
 	}
@@ -297,6 +297,7 @@ func stage1(cfg *childConfig) error {
 		if cfg.Rootfs != "" {
 			cfg.RootfsFD, fds = fds[0], fds[1:] // closed by setupRoot; close-on-exec meanwhile
 		}
+		cfg.VolumeFDs, fds = fds[:len(cfg.Volumes)], fds[len(cfg.Volumes):] // likewise
 		if cfg.RootUser {
 			cfg.SudoFD = fds[0] // closed by setupRootUser
 		}
@@ -678,6 +679,9 @@ func setupRoot(cfg *childConfig) error {
 				return err
 			}
 		}
+	}
+	if err := bindVolumes(nr, cfg); err != nil {
+		return err
 	}
 	// /var/tmp: programs expect it; it is the same size-limited /tmp. Without
 	// a /var of the rootfs it is a symlink on our tmpfs; a rootfs's own

@@ -139,6 +139,10 @@ type childConfig struct {
 	// socket, and RootfsFD is where it received it.
 	Rootfs   string `json:"rootfs,omitempty"`
 	RootfsFD int    `json:"-"`
+	// Volumes are Spec.Volumes; the child gets each source as an fd with
+	// the release (after the rootfs's), VolumeFDs.
+	Volumes   []Bind `json:"volumes,omitempty"`
+	VolumeFDs []int  `json:"-"`
 	// TUNByChild: with NetworkTUN, the init creates the device itself and
 	// sends its fd back (unprivileged callers; see tun.go).
 	TUNByChild bool `json:"tun_by_child,omitempty"`
@@ -235,6 +239,25 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 			return nil, err
 		}
 	}
+	// Volumes' sources are opened here, as the rootfs is (the child's host
+	// uid may not traverse their paths).
+	if len(spec.Volumes) > maxVolumes {
+		return nil, fmt.Errorf("isolate: %d volumes; at most %d", len(spec.Volumes), maxVolumes)
+	}
+	var volumes []*os.File
+	defer func() {
+		for _, f := range volumes {
+			f.Close()
+		}
+	}()
+	for _, v := range spec.Volumes {
+		f, err := openVolume(v)
+		if err != nil {
+			return nil, err
+		}
+		volumes = append(volumes, f)
+	}
+	cfg.Volumes = spec.Volumes
 	// The sync channel is a socket pair rather than a pipe: the release
 	// carries the rootfs fd (SCM_RIGHTS).
 	syncR, syncW, err := socketPair()
@@ -447,6 +470,14 @@ func Start(ctx context.Context, spec Spec) (p *Process, err error) {
 		fds = append(fds, fd)
 		defer unix.Close(fd)
 		trace.Mark("isolate: rootfs reopened")
+	}
+	for _, f := range volumes {
+		fd, err := reopenInChild(p.Pid, f)
+		if err != nil {
+			return fail(fmt.Errorf("isolate: volume: %w", err))
+		}
+		fds = append(fds, fd)
+		defer unix.Close(fd)
 	}
 	if exeInChild >= 0 {
 		fds = append(fds, exeInChild)

@@ -210,7 +210,7 @@ func startRootBroker(cfg *childConfig) error {
 	statW := os.NewFile(uintptr(p[1]), "broker status")
 	bc := *cfg
 	bc.Stage, bc.ExeFD, bc.StatusFD, bc.SyncFD, bc.BrokerFD = 3, 3, 4, -1, -1
-	bc.Rootfs, bc.RootfsFD, bc.InitFD = "", 0, 0
+	bc.Rootfs, bc.RootfsFD, bc.InitFD, bc.Volumes = "", 0, 0, nil
 	j, _ := json.Marshal(bc)
 	env := []string{envKey + "=" + string(j)}
 	for _, kv := range os.Environ() {

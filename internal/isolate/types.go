@@ -97,6 +97,12 @@ const (
 	NetworkAll  = "all"  // the host's net namespace
 )
 
+// Bind is a host directory bound read-write into a sandbox.
+type Bind struct {
+	Source string `json:"source"`
+	Target string `json:"target"`
+}
+
 // Spec describes the sandbox to start.
 type Spec struct {
 	// Path is the binary to execute as the sandbox's init; "" means
@@ -116,6 +122,11 @@ type Spec struct {
 
 	Hostname string // default "sandbox"
 	Network  string // NetworkNone (default), NetworkTUN or NetworkAll
+	// Volumes are host directories bound read-write (nosuid, nodev) into
+	// the sandbox, each at its Target (an absolute path the caller
+	// checked; its missing directories are created on the sandbox's own
+	// tmpfs mounts, a symlink on the way is refused).
+	Volumes []Bind
 	// Rootfs is the directory whose content becomes the sandbox's root,
 	// read-only (the root directory itself is a writable tmpfs of the
 	// sandbox's own, RootSizeBytes, so that mkdir /x works as on E2B; the

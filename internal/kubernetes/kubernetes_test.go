@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"context"
 	"errors"
 	"os"
 	"slices"
@@ -288,5 +289,35 @@ func TestRuntimeClassForIsolation(t *testing.T) {
 	}
 	if pod := podFor(testPlan(), meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(time.Hour)); pod.Spec.RuntimeClassName != nil {
 		t.Errorf("pod without isolation: RuntimeClassName %q, want none", *pod.Spec.RuntimeClassName)
+	}
+}
+
+// A volume is a PersistentVolumeClaim of the namespace, mounted at its
+// path; a source that can't name a claim is refused.
+func TestPodForVolumes(t *testing.T) {
+	p := testPlan()
+	p.volumes = []driver.Volume{{Source: "team-data", Path: "/mnt/data"}}
+	pod := podFor(p, meta{id: "kabcdefghijklmnop", lifetime: time.Hour}, time.Now().Add(time.Hour))
+	var claim string
+	for _, v := range pod.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claim = v.Name + "=" + v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	var mount string
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.MountPath == "/mnt/data" {
+			mount = m.Name
+			if m.ReadOnly {
+				t.Error("mounted read-only")
+			}
+		}
+	}
+	if claim != "vol0=team-data" || mount != "vol0" {
+		t.Fatalf("claim %q mount %q", claim, mount)
+	}
+	_, err := Variant{}.Create(context.Background(), driver.Spec{Variant: "kubernetes", Volumes: []driver.Volume{{Source: "/host/dir", Path: "/mnt/x"}}})
+	if !errors.Is(err, sberr.ErrInvalidConfig) || !strings.Contains(err.Error(), "PersistentVolumeClaim") {
+		t.Fatalf("a host path as the source: %v", err)
 	}
 }

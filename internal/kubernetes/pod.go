@@ -91,12 +91,15 @@ type plan struct {
 	nodeSelector map[string]string
 	tolerations  []corev1.Toleration
 	prewarm      bool
+	// volumes: PersistentVolumeClaims (Source: the claim's name in the
+	// namespace) mounted read-write at their paths.
+	volumes []driver.Volume
 }
 
 // key identifies plans that make interchangeable pods.
 func (p *plan) key() string {
 	b, _ := json.Marshal([]any{p.c.key, p.c.namespace, p.image, p.pullPolicy, p.env, p.workdir, p.network, p.egress, p.allowPrivate,
-		p.memory, p.cpus, p.runtimeClass, p.nodeSelector, p.tolerations, p.prewarm, p.userns})
+		p.memory, p.cpus, p.runtimeClass, p.nodeSelector, p.tolerations, p.prewarm, p.userns, p.volumes})
 	return string(b)
 }
 
@@ -318,6 +321,12 @@ func podFor(p *plan, m meta, endAt time.Time) *corev1.Pod {
 			}},
 			Volumes: []corev1.Volume{memoryVolume("home", homeSize), memoryVolume("tmp", tmpSize), memoryVolume("files", filesSize)},
 		},
+	}
+	for i, v := range p.volumes {
+		name := "vol" + strconv.Itoa(i)
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name,
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: v.Source}}})
+		pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: name, MountPath: v.Path})
 	}
 	if p.runtimeClass != "" {
 		rc := p.runtimeClass

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
@@ -48,7 +49,7 @@ func (Variant) Name() string { return "kubernetes" }
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
 		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
-		Isolations: []string{isolationGVisor}}
+		Isolations: []string{isolationGVisor}, Volumes: true}
 }
 
 const (
@@ -186,7 +187,12 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 		return nil, err
 	}
 	p := &plan{pullPolicy: pp, runtimeClass: rc, userns: k.UserNamespaces, nodeSelector: k.NodeSelector, tolerations: tol,
-		memory: spec.Memory(), cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0}
+		memory: spec.Memory(), cpus: spec.CPUs, workdir: spec.WorkingDir, prewarm: len(spec.Packages) == 0, volumes: spec.Volumes}
+	for _, v := range spec.Volumes {
+		if errs := validation.IsDNS1123Subdomain(v.Source); len(errs) > 0 {
+			return nil, fmt.Errorf("%w: volume source %q: give the name of a PersistentVolumeClaim in the sandbox's namespace (%s)", sberr.ErrInvalidConfig, v.Source, strings.Join(errs, "; "))
+		}
+	}
 	if p.workdir == "" {
 		p.workdir = "/home/user"
 	}

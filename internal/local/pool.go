@@ -115,7 +115,7 @@ func ClosePools(ctx context.Context) {
 // starts.
 func poolKey(spec driver.Spec, opts Options, rt string, senv sandboxEnvironment) (string, bool) {
 	if spec.Network != "none" || len(spec.AllowedHosts) > 0 || len(spec.DeniedHosts) > 0 || spec.AllowPrivate || len(spec.Packages) > 0 ||
-		spec.Isolation != "" ||
+		spec.Isolation != "" || len(spec.Volumes) > 0 ||
 		len(spec.Env) > 0 || (spec.WorkingDir != "" && spec.WorkingDir != "/home/user") {
 		return "", false
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/earlystart"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/envd"
@@ -72,6 +73,8 @@ type shimSpec struct {
 	Image string `json:"image,omitempty"`
 	// ExecOnlyDir is isolate.Spec's (execOnlyDir).
 	ExecOnlyDir string `json:"exec_only_dir,omitempty"`
+	// Volumes are bound read-write into the sandbox (isolate.Spec.Volumes).
+	Volumes []driver.Volume `json:"volumes,omitempty"`
 	// Init is the binary the sandbox's stage 1 runs (isolate.Spec.Init), as
 	// the caller checked it (initBinary; nil = the sandbox binary runs it).
 	Init *checkedBinary `json:"init,omitempty"`
@@ -217,6 +220,9 @@ func runShim() int {
 		Rootfs:        spec.Rootfs,
 		HostUID:       r.HostUID,
 		HostGID:       r.HostUID,
+	}
+	for _, v := range spec.Volumes {
+		ispec.Volumes = append(ispec.Volumes, isolate.Bind{Source: v.Source, Target: v.Path})
 	}
 	if spec.Init != nil {
 		f, err := openChecked(*spec.Init)

@@ -40,7 +40,7 @@ func (Variant) Name() string { return "local" }
 func (Variant) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Interrupt: true, Variables: true, Host: true, Commands: true, Files: true,
 		Watch: true, SetTimeout: true, Networks: []string{"none", "all", "allowlist"}, Limits: true, Packages: true, IdleTimeout: true,
-		Isolations: []string{IsolationGVisor}}
+		Isolations: []string{IsolationGVisor}, Volumes: true}
 }
 
 // Environments implements driver.Variant: host, and the builds of the
@@ -83,6 +83,9 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, err
 	}
 	if err := checkAutoPause(spec, isolation); err != nil {
+		return nil, err
+	}
+	if err := checkVolumes(spec, isolation); err != nil {
 		return nil, err
 	}
 	var runsc string
@@ -177,7 +180,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	}
 	// Python "" is python3 from the sandbox's PATH: the rootfs's with an
 	// environment (the build's Env may set PATH).
-	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Home: opts.HomeSize, Agent: agentConfig{Base: agentconfig.Base{ID: id, Token: rec.Token, Python: opts.Python,
+	ss := shimSpec{Dir: dir, Record: rec, Rootfs: senv.Rootfs, Home: opts.HomeSize, Volumes: spec.Volumes, Agent: agentConfig{Base: agentconfig.Base{ID: id, Token: rec.Token, Python: opts.Python,
 		Workdir: workdir, Env: mergeEnv(senv.Env, spec.Env), Lifetime: lifetime, IdleTimeout: spec.IdleTimeout,
 		NoPrewarm: len(spec.Packages) > 0}}}
 	if senv.Rootfs == "" {
