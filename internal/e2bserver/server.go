@@ -172,6 +172,9 @@ type Options struct {
 	// the create body, "tools": ["set", "set.tool", …], or the metadata
 	// key ToolsMetadataKey (docs/agent-protocol.md).
 	ToolSets map[string][]sandboxes.Tool
+	// Console serves the web console (internal/console) at / and
+	// /console/ on the listener (serve --console).
+	Console bool
 }
 
 // ToolsMetadataKey is the create request's metadata key that grants tool
@@ -206,6 +209,7 @@ type Server struct {
 	keys   []Key
 
 	toolSets map[string][]sandboxes.Tool
+	front    http.Handler // what the listener serves: s, maybe behind the console (console.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry // the live sandboxes we created or adopted
@@ -329,6 +333,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.api = s.routes()
 	s.proxy = newDataPlane(s)
+	s.front = s.withConsole(o.Console)
 	return s, nil
 }
 
