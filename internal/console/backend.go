@@ -54,17 +54,23 @@ func newRequest(ctx context.Context, method, path string, body io.Reader) (*http
 // call makes a control-plane call as key and decodes a JSON answer into out
 // (nil: ignored).
 func (b *backend) call(ctx context.Context, key, method, path string, in, out any) error {
+	_, err := b.callHeader(ctx, key, method, path, in, out)
+	return err
+}
+
+// callHeader is call that also returns the answer's header.
+func (b *backend) callHeader(ctx context.Context, key, method, path string, in, out any) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		j, err := json.Marshal(in)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		body = bytes.NewReader(j)
 	}
 	r, err := newRequest(ctx, method, path, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r.Header.Set("X-API-Key", key)
 	if in != nil {
@@ -72,15 +78,15 @@ func (b *backend) call(ctx context.Context, key, method, path string, in, out an
 	}
 	resp, err := b.do(r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAPIAnswer+1))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(data) > maxAPIAnswer {
-		return fmt.Errorf("the answer to %s %s is larger than %d bytes", method, path, maxAPIAnswer)
+		return nil, fmt.Errorf("the answer to %s %s is larger than %d bytes", method, path, maxAPIAnswer)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e struct {
@@ -90,12 +96,12 @@ func (b *backend) call(ctx context.Context, key, method, path string, in, out an
 		if e.Message == "" {
 			e.Message = strings.TrimSpace(string(data))
 		}
-		return &apiError{Status: resp.StatusCode, Message: e.Message}
+		return resp.Header, &apiError{Status: resp.StatusCode, Message: e.Message}
 	}
 	if out == nil || len(bytes.TrimSpace(data)) == 0 {
-		return nil
+		return resp.Header, nil
 	}
-	return json.Unmarshal(data, out)
+	return resp.Header, json.Unmarshal(data, out)
 }
 
 // statusOf is the HTTP status an error from call stands for.
@@ -128,6 +134,9 @@ func (c *sandboxClient) Do(r *http.Request) (*http.Response, error) {
 		}
 	}
 	fresh.ContentLength = r.ContentLength
+	if fresh.ContentLength == 0 && r.Body != nil && r.Body != http.NoBody {
+		fresh.ContentLength = -1 // a stream (an upload): 0 would send no body at all
+	}
 	fresh.Header.Set("E2b-Sandbox-Id", c.id)
 	if c.token != "" {
 		fresh.Header.Set("X-Access-Token", c.token)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"path"
 	"regexp"
 	"slices"
@@ -31,6 +32,7 @@ const (
 	runTimeout   = 60 * time.Second
 	maxDirList   = 2000 // entries of a directory listed
 	maxKeyForm   = 4 << 10
+	maxListPages = 50 // of 100 sandboxes each, listed on one page
 )
 
 var idPattern = regexp.MustCompile(`^[a-z0-9]{1,64}$`)
@@ -312,8 +314,21 @@ func networkOf(l *listed) string {
 // CPU and memory each (which also feeds the charts' history).
 func (c *Console) rows(ctx context.Context, se *session) ([]row, error) {
 	var ls []listed
-	if err := c.b.call(ctx, se.key, "GET", "/v2/sandboxes?state=running,paused&limit=1000", nil, &ls); err != nil {
-		return nil, err
+	next := ""
+	for range maxListPages {
+		var page []listed
+		p := "/v2/sandboxes?state=running,paused&limit=100"
+		if next != "" {
+			p += "&nextToken=" + url.QueryEscape(next)
+		}
+		h, err := c.b.callHeader(ctx, se.key, "GET", p, nil, &page)
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, page...)
+		if next = h.Get("X-Next-Token"); next == "" {
+			break
+		}
 	}
 	slices.SortFunc(ls, func(a, b listed) int { return b.StartedAt.Compare(a.StartedAt) })
 	ms := map[string]metric{}
@@ -531,15 +546,16 @@ func (c *Console) metricsJSON(w http.ResponseWriter, r *http.Request, se *sessio
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "no such sandbox"})
 		return
 	}
-	var m metric
-	err := c.b.call(r.Context(), se.key, "GET", "/sandboxes/"+id+"/metrics", nil, &m)
-	if statusOf(err) == http.StatusNotFound {
+	var ms []metric // E2B's answer: the samples in [start, end], here one, taken now
+	err := c.b.call(r.Context(), se.key, "GET", "/sandboxes/"+id+"/metrics", nil, &ms)
+	if err != nil && statusOf(err) == http.StatusNotFound {
 		c.history.forget(id)
 		writeJSON(w, http.StatusNotFound, map[string]string{"message": "your team has no sandbox " + id})
 		return
 	}
 	now := c.now()
-	if err == nil {
+	if err == nil && len(ms) > 0 {
+		m := ms[len(ms)-1]
 		c.history.add(se.team, id, point{T: now.UnixMilli(), CPU: m.CPUUsedPct, Mem: m.MemUsed, MemMax: m.MemTotal}, now)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"points": c.history.get(se.team, id)})

@@ -122,16 +122,22 @@ func clearSessionCookie(w http.ResponseWriter, r *http.Request) {
 }
 
 // sameOrigin refuses what a browser marks as coming from another site.
-// Sec-Fetch-Site is sent by every current browser; Origin by all on POST.
-// A request with neither (curl, a test) passes here and still needs the
-// CSRF token.
+// Sec-Fetch-Site is sent by every current browser and is then what
+// counts (a POST from one of our pages is same-origin; "none" or
+// same-site is not ours); Origin, sent by all on POST, must then name us
+// too, unless it is "null" (what Chromium sends under some referrer
+// policies). A request with neither (curl, a test) passes here and still
+// needs the CSRF token.
 func sameOrigin(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
-	default:
+	site := r.Header.Get("Sec-Fetch-Site")
+	if site != "" && site != "same-origin" {
 		return false
 	}
-	if o := r.Header.Get("Origin"); o != "" {
+	switch o := r.Header.Get("Origin"); o {
+	case "":
+	case "null":
+		return site == "same-origin"
+	default:
 		host, ok := strings.CutPrefix(o, "http://")
 		if !ok {
 			host, ok = strings.CutPrefix(o, "https://")
