@@ -179,6 +179,26 @@ func TestConsoleAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("XSS through files, output and processes", func(t *testing.T) {
+		// What code in the sandbox controls: a file's name, a command's
+		// output, a process's command line.
+		evil := `<img src=x onerror=alert(1)>`
+		cmd := `mkdir -p /tmp/x && touch "/tmp/x/` + evil + `.txt" && echo '` + evil + `' && (sleep 30 &) && exec -a '` + evil + `' sleep 0`
+		resp, body := a.do("POST", "/console/sandboxes/"+sbA+"/run", url.Values{"csrf": {tok}, "cmd": {cmd}}, nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("run: %d", resp.StatusCode)
+		}
+		_, listing := a.do("GET", "/console/sandboxes/"+sbA+"?path=/tmp/x", nil, nil)
+		for what, page := range map[string]string{"the output": body, "the file list": listing} {
+			if strings.Contains(page, evil) {
+				t.Errorf("%s carries the markup unescaped", what)
+			}
+			if !strings.Contains(page, "&lt;img src=x onerror=alert(1)&gt;") {
+				t.Errorf("%s lacks the escaped name: %.400s", what, page)
+			}
+		}
+	})
+
 	t.Run("tunnel host never reaches the console", func(t *testing.T) {
 		for _, hdr := range []map[string]string{
 			{"Host": "49983-" + sbA + ".localhost"},

@@ -78,7 +78,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	shot := func(name string) {
 		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
@@ -231,7 +231,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := chromedp.Do(ctx2, chromedp.Navigate(base+"/console/sandboxes/"+id), chromedp.WaitVisible(chromedp.CSS(".error"))); err != nil {
 		t.Errorf("team B's view of team A's sandbox: %v", err)
 	}
-	if png, err := chromedp.Run(ctx2, chromedp.FullScreenshot(90)); err == nil {
+	if png, err := chromedp.Run(ctx2, chromedp.FullScreenshot(100)); err == nil {
 		_ = os.WriteFile(filepath.Join(dir, "06-other-team.png"), png, 0o644)
 	}
 
