@@ -17,7 +17,7 @@ func TestConsoleAttacks(t *testing.T) {
 
 	anon := newBrowser(t, base)
 	t.Run("no session", func(t *testing.T) {
-		for _, p := range []string{"/console/", "/console/sandboxes/" + sbA, "/console/templates", "/console/snapshots", "/console/sandboxes/" + sbA + "/download?path=/etc/hostname"} {
+		for _, p := range []string{"/console/", "/console/sandboxes/" + sbA, "/console/templates", "/console/snapshots", "/console/usage", "/console/sandboxes/" + sbA + "/download?path=/etc/hostname"} {
 			resp, _ := anon.do("GET", p, nil, nil)
 			if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/login" {
 				t.Errorf("GET %s without a session: %d %q, want 303 to /console/login", p, resp.StatusCode, resp.Header.Get("Location"))
@@ -153,7 +153,7 @@ func TestConsoleAttacks(t *testing.T) {
 	})
 
 	t.Run("no key in any page", func(t *testing.T) {
-		for _, p := range []string{"/console/", "/console/sandboxes/" + sbA, "/console/templates", "/console/snapshots", "/console/api/sandboxes", "/console/api/sandboxes/" + sbA + "/metrics", "/console/static/app.js", "/console/nope"} {
+		for _, p := range []string{"/console/", "/console/sandboxes/" + sbA, "/console/templates", "/console/snapshots", "/console/usage", "/console/api/sandboxes", "/console/api/sandboxes/" + sbA + "/metrics", "/console/static/app.js", "/console/nope"} {
 			resp, body := a.do("GET", p, nil, nil)
 			if resp.StatusCode >= 500 {
 				t.Errorf("GET %s: %d", p, resp.StatusCode)

@@ -210,6 +210,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	shot("04-templates")
 	step("snapshots", chromedp.Navigate(base+"/console/snapshots"), chromedp.WaitVisible(chromedp.CSS("main h1")))
 	shot("05-snapshots")
+	step("usage", chromedp.Navigate(base+"/console/usage"), chromedp.WaitVisible(chromedp.CSS("main table")))
+	if got := text("main table"); !strings.Contains(got, "Running sandboxes\t1") {
+		t.Errorf("the usage page reads %q, want 1 running sandbox", got)
+	}
+	shot("05-usage")
 
 	// Another team, in a browser context of its own (no shared cookies),
 	// sees none of it.

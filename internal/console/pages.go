@@ -87,6 +87,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /console/sandboxes/{id}/{action}", c.post(c.action))
 	m.HandleFunc("GET /console/templates", c.get(c.templatesPage))
 	m.HandleFunc("GET /console/snapshots", c.get(c.snapshotsPage))
+	m.HandleFunc("GET /console/usage", c.get(c.usagePage))
 	m.HandleFunc("/console/", func(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, nil, http.StatusNotFound, "There is no such page in the console. Go to the sandboxes list.")
 	})
@@ -809,4 +810,56 @@ func flatten(objs []map[string]any, cols ...string) table {
 		t.Rows = append(t.Rows, cells)
 	}
 	return t
+}
+
+// usagePage is what the team holds now against serve's quotas (the
+// quotas themselves are serve's flags and the key file's fields; the API
+// does not tell them, so the page says where they are set).
+func (c *Console) usagePage(w http.ResponseWriter, r *http.Request, se *session) {
+	p := page{Title: "Usage", Team: se.team, CSRF: se.csrf, Nav: "usage"}
+	ctx := r.Context()
+	var running, paused, cpus int
+	var memMB int64
+	next := ""
+	for range maxListPages {
+		var ls []listed
+		q := "/v2/sandboxes?state=running,paused&limit=100"
+		if next != "" {
+			q += "&nextToken=" + url.QueryEscape(next)
+		}
+		h, err := c.b.callHeader(ctx, se.key, "GET", q, nil, &ls)
+		if err != nil {
+			p.Error = "Listing the sandboxes failed: " + err.Error()
+			break
+		}
+		for _, l := range ls {
+			if l.State == "paused" {
+				paused++
+				continue
+			}
+			running++
+			cpus += l.CPUCount
+			memMB += l.MemoryMB
+		}
+		if next = h.Get("X-Next-Token"); next == "" {
+			break
+		}
+	}
+	var snaps, tmpls []json.RawMessage
+	snapText, tmplText := "?", "?"
+	if err := c.b.call(ctx, se.key, "GET", "/snapshots", nil, &snaps); err == nil {
+		snapText = strconv.Itoa(len(snaps))
+	}
+	if err := c.b.call(ctx, se.key, "GET", "/templates", nil, &tmpls); err == nil {
+		tmplText = strconv.Itoa(len(tmpls))
+	}
+	p.Data = table{Cols: []string{"What", "Your team holds", "Bounded by"}, Rows: [][]string{
+		{"Running sandboxes", strconv.Itoa(running), "serve --max-sandboxes, or sandboxes= of your key's line in --api-key-file"},
+		{"Memory of the running sandboxes (their limits)", humanBytes(memMB << 20), "--max-total-memory, or total-memory="},
+		{"CPUs of the running sandboxes (their limits)", strconv.Itoa(cpus), "--max-total-cpu, or total-cpu="},
+		{"Paused sandboxes", strconv.Itoa(paused), "--max-paused"},
+		{"Snapshots", snapText, "--max-snapshots"},
+		{"Templates", tmplText, "--template-upload-quota (their files)"},
+	}}
+	c.render(w, http.StatusOK, "table.html", p)
 }
