@@ -28,7 +28,7 @@ deps:
 # lists them): a few seconds of mutation per decoder on every run, the seeds
 # (each bug found so far among them) already replayed by go test.
 test: deps lint
-	./scripts/with-dockerd.sh ./scripts/with-k8s.sh $(GO) test -count=1 -timeout 30m ./...
+	./scripts/with-dockerd.sh ./scripts/with-k8s.sh $(GO) test -count=1 -timeout 50m ./...
 	FUZZTIME=$${FUZZTIME:-5s} ./scripts/fuzz.sh
 
 fuzz:

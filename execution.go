@@ -251,6 +251,29 @@ type Execution struct {
 	stdout, stderr strings.Builder
 }
 
+// MarshalJSON writes an empty list as [] (as E2B's Execution.to_json and
+// its JS SDK's toJSON), never null.
+func (e *Execution) MarshalJSON() ([]byte, error) {
+	type plain Execution // without this method
+	return json.Marshal(struct {
+		*plain
+		Results []Result `json:"results"`
+	}{(*plain)(e), nonNil(e.Results)})
+}
+
+// MarshalJSON writes stdout and stderr without lines as [], never null.
+func (l Logs) MarshalJSON() ([]byte, error) {
+	type plain Logs
+	return json.Marshal(plain{Stdout: nonNil(l.Stdout), Stderr: nonNil(l.Stderr)})
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
 // Text is the text/plain form of the main result ("" if none).
 func (e *Execution) Text() string {
 	for _, r := range e.Results {

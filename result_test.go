@@ -41,3 +41,25 @@ func FuzzPlainJSONString(f *testing.F) {
 		}
 	})
 }
+
+// An execution without output or results is [] in JSON, never null, as
+// E2B's to_json writes it (the CLI's exec --json prints this).
+func TestExecutionJSONEmptyLists(t *testing.T) {
+	b, err := json.Marshal(&Execution{ExecutionCount: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	logs, _ := got["logs"].(map[string]any)
+	for name, v := range map[string]any{"results": got["results"], "logs.stdout": logs["stdout"], "logs.stderr": logs["stderr"]} {
+		if l, ok := v.([]any); !ok || len(l) != 0 {
+			t.Errorf("%s = %v, want []: %s", name, v, b)
+		}
+	}
+	if got["execution_count"] != 2.0 {
+		t.Errorf("the other fields are lost: %s", b)
+	}
+}

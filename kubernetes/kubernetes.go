@@ -23,6 +23,12 @@ import (
 // Options are the kubernetes variant's settings (Config.Options).
 type Options = kubernetes.Options
 
+// NetworkPolicyEnforcedEnv, set to 1 in the environment, asserts as
+// Options.NetworkPolicyEnforced does that the cluster's network plugin
+// enforces NetworkPolicy: how serve and the CLI, which take no Options,
+// say so for a plugin the variant can neither see nor prove.
+const NetworkPolicyEnforcedEnv = kubernetes.EnforcedEnv
+
 // Toleration is a pod toleration (core/v1 Toleration's fields).
 type Toleration = kubernetes.Toleration
 

@@ -19,6 +19,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 )
 
 // Options tune the suite to what a variant's sandbox image has.
@@ -428,6 +429,117 @@ plt.show()`)
 		res, err = c.Run(ctx, "sleep 30", sandboxes.CommandTimeout(500*time.Millisecond))
 		if err == nil && res.ExitCode == 0 {
 			t.Errorf("command outlived its timeout: %+v", res)
+		}
+	})
+
+	// E2B's users write sandbox.commands.run("pip install …"): as the
+	// sandbox user, on a Debian python marked externally managed (PEP 668).
+	// It must say a package that is there is there, and install a new one
+	// (from an index on the sandbox's own loopback: the sandbox stays
+	// offline) that a new process and the kernel then import.
+	t.Run("PipInstall", func(t *testing.T) {
+		c := sb.Commands()
+		res, err := c.Run(ctx, "command -v pip")
+		Require(t, err == nil && res.ExitCode == 0, "pip in the sandbox's image (Debian's python3-pip)")
+		res, err = c.Run(ctx, "pip install pip", sandboxes.CommandTimeout(2*time.Minute))
+		if err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, "Requirement already satisfied") {
+			t.Fatalf("pip install pip = %+v, %v", res, err)
+		}
+		const file = "cs_pipdemo-1.0-py3-none-any.whl"
+		wheel := testpypi.Wheel(t, "cs_pipdemo", "1.0", "cs_pipdemo", "VALUE = 42\n")
+		if err := sb.Files().WriteBytes(ctx, "/tmp/cs-index/simple/cs-pipdemo/"+file, wheel); err != nil {
+			t.Fatal(err)
+		}
+		// A PEP 503 index: the directory listing links the wheel.
+		idx, err := c.Start(ctx, `python3 -c 'import functools, http.server as h
+s = h.HTTPServer(("127.0.0.1", 0), functools.partial(h.SimpleHTTPRequestHandler, directory="/tmp/cs-index"))
+open("/tmp/cs-index.port", "w").write(str(s.server_port))
+s.serve_forever()'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = idx.Kill(ctx) }()
+		res, err = c.Run(ctx, "for i in $(seq 200); do [ -s /tmp/cs-index.port ] && break; sleep 0.05; done; cat /tmp/cs-index.port")
+		if err != nil || res.ExitCode != 0 || res.Stdout == "" {
+			t.Fatalf("the index did not start: %+v, %v", res, err)
+		}
+		env := sandboxes.CommandEnv(map[string]string{"PIP_INDEX_URL": "http://127.0.0.1:" + strings.TrimSpace(res.Stdout) + "/simple/"})
+		res, err = c.Run(ctx, "pip install cs-pipdemo", env, sandboxes.CommandTimeout(2*time.Minute))
+		if err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, "Successfully installed cs-pipdemo-1.0") {
+			t.Fatalf("pip install cs-pipdemo = %+v, %v", res, err)
+		}
+		defer func() { _, _ = c.Run(ctx, "pip uninstall -y cs-pipdemo") }()
+		res, err = c.Run(ctx, "pip install cs-pipdemo", env, sandboxes.CommandTimeout(2*time.Minute))
+		if err != nil || res.ExitCode != 0 || !strings.Contains(res.Stdout, "Requirement already satisfied: cs-pipdemo") {
+			t.Fatalf("pip install cs-pipdemo again = %+v, %v", res, err)
+		}
+		res, err = c.Run(ctx, `python3 -c 'import cs_pipdemo; print(cs_pipdemo.VALUE)'`)
+		if err != nil || res.Stdout != "42\n" {
+			t.Fatalf("import in a new process = %+v, %v", res, err)
+		}
+		if ex := run(t, sb, "import cs_pipdemo\ncs_pipdemo.VALUE"); ex.Text() != "42" {
+			t.Fatalf("import in the kernel = %q (error %v)", ex.Text(), ex.Error)
+		}
+	})
+	t.Run("Terminal", func(t *testing.T) {
+		term, err := sb.OpenTerminal(ctx, sandboxes.TerminalOptions{Cols: 100, Rows: 30})
+		if errors.Is(err, sandboxes.ErrNotSupported) {
+			t.Skipf("no terminals on this variant: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer term.Close()
+		var mu sync.Mutex
+		var out bytes.Buffer
+		eof := make(chan struct{})
+		go func() {
+			defer close(eof)
+			p := make([]byte, 4096)
+			for {
+				n, err := term.Read(p)
+				mu.Lock()
+				if out.Len() < 1<<20 {
+					out.Write(p[:n])
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		waitFor := func(want string) {
+			t.Helper()
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				mu.Lock()
+				s := out.String()
+				mu.Unlock()
+				if strings.Contains(s, want) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("terminal output has no %q: %q", want, s)
+				}
+			}
+		}
+		if _, err := term.Write([]byte("echo $((6*7)); stty size\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("42\r\n30 100\r\n")
+		if err := term.Resize(ctx, 120, 50); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := term.Write([]byte("stty size; exit 3\n")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("50 120\r\n")
+		select {
+		case <-eof:
+		case <-time.After(30 * time.Second):
+			t.Fatal("terminal output did not end after exit")
+		}
+		if code, err := term.Wait(ctx); code != 3 || err != nil {
+			t.Errorf("exit status = %d, %v; want 3", code, err)
 		}
 	})
 

@@ -3,7 +3,8 @@
 # missing: the python3 that sandboxes run (with numpy, pandas, matplotlib;
 # `python` too, as E2B's sandboxes have it; R for the r kernel), iproute2 for the
 # network tests' test internet,
-# ipykernel + jupyter_client for the benchmark's Jupyter baseline, bubblewrap
+# ipykernel + jupyter_client for the benchmark's Jupyter baseline (jupyter_server
+# for the jupyter variant's tests, which start a real Jupyter Server), bubblewrap
 # for the jail of environment build steps (and the isolation baseline), mmdebstrap
 # for building environments, runsc (gVisor, Debian's 2022 build: isolation
 # gvisor on local and docker), and a Docker engine (docker.io: dockerd and the
@@ -18,7 +19,7 @@ set -euo pipefail
 if [ "${1:-}" = run ]; then
   pkgs=(python3)
 else
-pkgs=(python3 python-is-python3 chromium r-base-core python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-pip bubblewrap mmdebstrap iproute2 runsc)
+pkgs=(python3 python-is-python3 chromium r-base-core python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-jupyter-server python3-pip bubblewrap mmdebstrap iproute2 runsc)
 # node runs the javascript kernel and the official-SDK tests (e2e/e2bjs); any
 # node will do, Debian's nodejs only when there is none.
 command -v node >/dev/null || pkgs+=(nodejs)

@@ -42,11 +42,14 @@ type common struct {
 	runtimeDir  string
 	sandbox     string // exec/repl --sandbox: an existing sandbox
 	isolation   string
+	language    string // exec, create, repl: the kernel the code runs in
+	packages    []string
+	pkgIndex    string
 }
 
 // creationFlags are the flags that only mean something when a sandbox is
 // created; with --sandbox they are refused, not silently ignored.
-var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation"}
+var creationFlags = []string{"name", "environment", "tag", "lifetime", "idle-timeout", "memory", "pids", "cpu", "network", "allow", "deny", "allow-private", "env", "isolation", "package", "package-index"}
 
 // existingFlag adds --sandbox to a command that can run in an existing
 // sandbox instead of creating one.
@@ -75,11 +78,13 @@ func (c *common) open(cmd *cobra.Command, defaultLifetime, defaultIdle time.Dura
 		}
 		return sb, func() { _ = sb.Detach() }, nil
 	}
-	if cfg.MaxLifetime == 0 {
-		cfg.MaxLifetime = defaultLifetime
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = defaultIdle
+	if ownsLifetimes(cfg.Variant) {
+		if cfg.MaxLifetime == 0 {
+			cfg.MaxLifetime = defaultLifetime
+		}
+		if cfg.IdleTimeout == 0 {
+			cfg.IdleTimeout = defaultIdle
+		}
 	}
 	sb, err = sandboxes.Create(ctx, cfg)
 	if err != nil {
@@ -109,6 +114,8 @@ func (c *common) flags(cmd *cobra.Command, creating bool) {
 	f.StringArrayVar(&c.deny, "deny", nil, "with --network all: an IP or CIDR the sandbox may not reach (repeatable; 0.0.0.0/0 denies everything); --allow then lists the exceptions (allowed wins, as E2B's allowOut over denyOut)")
 	f.BoolVar(&c.allowPriv, "allow-private", false, "with --network all or allowlist: also reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)")
 	f.StringArrayVar(&c.env, "env", nil, "environment variable as KEY=VALUE (repeatable)")
+	f.StringArrayVar(&c.packages, "package", nil, "pip-install this requirement (name or name==1.2) in the sandbox before the code runs (repeatable; needs --network all or an allowlist that reaches the index)")
+	f.StringVar(&c.pkgIndex, "package-index", "", "with --package: the index URL pip installs from (default: pip's own configuration)")
 	f.StringVar(&c.isolation, "isolation", "", "isolation level: namespaces (the default) or gvisor (gVisor's user-space kernel between the code and the host's: local as root with runsc installed, docker with the engine's runsc runtime, kubernetes through a RuntimeClass)")
 }
 
@@ -149,8 +156,12 @@ func parseSize(s string) (int64, error) {
 
 func (c *common) config() (sandboxes.Config, error) {
 	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
-		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Isolation: sandboxes.Isolation(c.isolation), Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir}}
+		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Isolation: sandboxes.Isolation(c.isolation), Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir},
+		Packages: c.packages, PackageIndex: c.pkgIndex}
 	var err error
+	if c.pkgIndex != "" && len(c.packages) == 0 {
+		return cfg, fmt.Errorf("--package-index applies only with --package")
+	}
 	if cfg.Tags, err = parseKV(c.tags, "tag"); err != nil {
 		return cfg, err
 	}
@@ -185,6 +196,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(execCmd(), replCmd(), createCmd(), listCmd(), getCmd(), deleteCmd(), sweepCmd(), environmentsCmd(), versionCmd())
+	root.AddCommand(shellCmd())
 	for _, c := range append(pauseCommands, serverCommands...) {
 		root.AddCommand(c())
 	}
@@ -200,10 +212,16 @@ func execCmd() *cobra.Command {
 		Short: "Run code in a new sandbox and print its output (exit status 0 on success, 1 otherwise)",
 		Example: `  code-sandboxes exec 'import sys; print(sys.version)'
   code-sandboxes exec -f script.py
-  echo '1 + 1' | code-sandboxes exec`,
+  echo '1 + 1' | code-sandboxes exec
+  code-sandboxes exec --language javascript 'console.log(6 * 7)'
+  code-sandboxes exec --network all --package requests 'import requests'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			code, err := readCode(cmd, args, file)
+			if err != nil {
+				return err
+			}
+			lang, err := checkLanguage(c.language)
 			if err != nil {
 				return err
 			}
@@ -215,6 +233,9 @@ func execCmd() *cobra.Command {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
 			var opts []sandboxes.RunOption
+			if lang != "" {
+				opts = append(opts, sandboxes.WithLanguage(lang))
+			}
 			if !jsonOut {
 				// With --json stdout carries the JSON document alone; the
 				// output is in it.
@@ -241,6 +262,7 @@ func execCmd() *cobra.Command {
 	}
 	c.flags(cmd, true)
 	c.existingFlag(cmd)
+	c.languageFlag(cmd)
 	cmd.Flags().Lookup("lifetime").Usage = "sandbox lifetime, e.g. 10m (default 1h; the sandbox ends when exec finishes)"
 	cmd.Flags().StringVarP(&file, "file", "f", "", "read the code from a file ('-' = stdin)")
 	cmd.Flags().StringVar(&figures, "figures-dir", ".", "where to save figures (PNG, JPEG, SVG) the code produces")
@@ -324,16 +346,21 @@ func replCmd() *cobra.Command {
 		Use:   "repl",
 		Short: "An interactive session in one sandbox (:exit to leave; the sandbox ends with the session unless --sandbox named it)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			lang, err := checkLanguage(c.language)
+			if err != nil {
+				return err
+			}
 			sb, done, err := c.open(cmd, 24*time.Hour, sandboxes.NoIdleTimeout)
 			if err != nil {
 				return err
 			}
 			defer done()
-			return runREPL(cmd, sb, figures)
+			return runREPL(cmd, sb, lang, figures)
 		},
 	}
 	c.flags(cmd, true)
 	c.existingFlag(cmd)
+	c.languageFlag(cmd)
 	cmd.Flags().Lookup("lifetime").Usage = "sandbox lifetime, e.g. 10m (default 24h; the sandbox ends with the session)"
 	cmd.Flags().StringVar(&figures, "figures-dir", ".", "where to save figures")
 	return cmd
@@ -342,7 +369,13 @@ func replCmd() *cobra.Command {
 // runREPL reads cells from stdin and runs them. Ctrl-C interrupts the
 // running cell (KeyboardInterrupt) or, at the prompt, drops the block being
 // typed; the session goes on. EOF, :exit, SIGTERM or SIGHUP end it.
-func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
+func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, lang, figures string) error {
+	var langOpt []sandboxes.RunOption
+	shown := "Python"
+	if lang != "" {
+		langOpt = append(langOpt, sandboxes.WithLanguage(lang))
+		shown = lang
+	}
 	// main's context is cancelled by SIGINT; here Ctrl-C is for the cell,
 	// so the session runs on a context of its own that SIGTERM ends.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
@@ -395,6 +428,9 @@ func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
 
 	out := cmd.OutOrStdout()
 	prompt := fmt.Sprintf("sandbox(%s:%s)>>> ", sb.Variant(), sb.Name())
+	if lang != "" && lang != "python" {
+		prompt = fmt.Sprintf("sandbox(%s:%s %s)>>> ", sb.Variant(), sb.Name(), lang)
+	}
 	fmt.Fprintln(out, "Type code; end a block with an empty line. :exit leaves, :help helps, Ctrl-C interrupts.")
 	var block []string
 	fmt.Fprint(out, prompt)
@@ -419,7 +455,7 @@ func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
 			case ":exit", ":quit", "exit", "quit":
 				return nil
 			case ":help":
-				fmt.Fprintln(out, "Enter Python code. A line ending in ':' or an indented line starts a block that ends with an empty line. Ctrl-C interrupts the running code. :exit leaves.")
+				fmt.Fprintf(out, "Enter %s code. A line ending in ':', '{', '(', '[' or '\\' starts a block that ends with an empty line. Ctrl-C interrupts the running code. :exit leaves.\n", shown)
 				fmt.Fprint(out, prompt)
 				continue
 			case "":
@@ -429,7 +465,10 @@ func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
 		}
 		block = append(block, line)
 		trimmed := strings.TrimRight(line, " \t")
-		open := strings.HasSuffix(trimmed, ":") || strings.HasSuffix(trimmed, "\\") || len(block) > 1
+		// A block opens on a line that can't end a statement: Python's
+		// ':' and a continuation; brackets for the languages with braces.
+		open := strings.HasSuffix(trimmed, ":") || strings.HasSuffix(trimmed, "\\") || strings.HasSuffix(trimmed, "{") ||
+			strings.HasSuffix(trimmed, "(") || strings.HasSuffix(trimmed, "[") || len(block) > 1
 		if open && !(len(block) > 1 && strings.TrimSpace(line) == "") {
 			fmt.Fprint(out, "... ")
 			continue
@@ -437,9 +476,9 @@ func runREPL(cmd *cobra.Command, sb *sandboxes.Sandbox, figures string) error {
 		code := strings.Join(block, "\n")
 		block = nil
 		busy.Store(true)
-		ex, err := sb.RunCode(ctx, code,
+		ex, err := sb.RunCode(ctx, code, append(langOpt,
 			sandboxes.OnStdout(func(m sandboxes.OutputMessage) { fmt.Fprint(out, m.Line) }),
-			sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))
+			sandboxes.OnStderr(func(m sandboxes.OutputMessage) { fmt.Fprint(cmd.ErrOrStderr(), m.Line) }))...)
 		busy.Store(false)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -469,6 +508,10 @@ func createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lang, err := checkLanguage(c.language)
+			if err != nil {
+				return err
+			}
 			// A sandbox made with create is meant to stay until its lifetime
 			// ends or it is deleted, however long it sits unused.
 			if cfg.IdleTimeout == 0 {
@@ -477,6 +520,18 @@ func createCmd() *cobra.Command {
 			sb, err := sandboxes.Create(cmd.Context(), cfg)
 			if err != nil {
 				return err
+			}
+			if lang != "" {
+				// Start the language's kernel now: a sandbox that can't run
+				// it is refused (and ended) here, not at the first exec.
+				ex, err := sb.RunCode(cmd.Context(), "", sandboxes.WithLanguage(lang))
+				if err == nil && ex.Error != nil {
+					err = fmt.Errorf("%s: %s", ex.Error.Name, ex.Error.Value)
+				}
+				if err != nil {
+					_ = sb.Close()
+					return fmt.Errorf("--language %s: %w (the sandbox was removed)", lang, err)
+				}
 			}
 			defer sb.Detach()
 			if jsonOut {
@@ -491,6 +546,8 @@ func createCmd() *cobra.Command {
 		},
 	}
 	c.flags(cmd, true)
+	c.languageFlag(cmd)
+	cmd.Flags().Lookup("language").Usage = "start this language's kernel (" + strings.Join(languages, ", ") + ") in the new sandbox, refusing a sandbox that can't run it; exec --sandbox then runs it with --language"
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print the sandbox's info as JSON")
 	return cmd
 }
@@ -512,14 +569,22 @@ func printTable(cmd *cobra.Command, infos []sandboxes.Info) {
 		if !i.EndAt.IsZero() {
 			ends = time.Until(i.EndAt).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Variant, i.Name, i.Status, ends, strings.Join(tags, ","))
+		name := i.Name
+		if name == "" {
+			name = "-" // a sandbox another tool made (list --all)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", i.ID, i.Variant, name, i.Status, ends, strings.Join(tags, ","))
 	}
 	tw.Flush()
 }
 
+// e2bListAll is the e2b variant's options that list every sandbox of the
+// team (e2boptions.go); nil in a localonly build, which has no e2b.
+var e2bListAll func() any
+
 func listCmd() *cobra.Command {
 	var c common
-	var jsonOut bool
+	var jsonOut, all bool
 	var name string
 	var tags []string
 	cmd := &cobra.Command{
@@ -533,6 +598,14 @@ func listCmd() *cobra.Command {
 			t, err := parseKV(tags, "tag")
 			if err != nil {
 				return err
+			}
+			if all {
+				// Only E2B has sandboxes another tool made in the same
+				// account; elsewhere every sandbox listed is already ours.
+				if sandboxes.NormalizeVariant(c.variant) != "e2b" || e2bListAll == nil {
+					return fmt.Errorf("--all applies to -v e2b (every sandbox of the E2B team, whoever made it); -v %s lists every sandbox code-sandboxes made there already", c.variant)
+				}
+				cfg.Options = e2bListAll()
 			}
 			infos, err := sandboxes.List(cmd.Context(), cfg, sandboxes.ListOptions{Name: name, Tags: t})
 			if err != nil {
@@ -552,6 +625,7 @@ func listCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "print JSON")
 	cmd.Flags().StringVar(&name, "name", "", "only sandboxes with this name")
 	cmd.Flags().StringArrayVar(&tags, "tag", nil, "only sandboxes with this tag key=value (repeatable)")
+	cmd.Flags().BoolVar(&all, "all", false, "with -v e2b: also the team's sandboxes that other tools (E2B's SDKs, the dashboard) made; their metadata shows as tags")
 	return cmd
 }
 
@@ -668,61 +742,16 @@ func deleteCmd() *cobra.Command {
 }
 
 func environmentsCmd() *cobra.Command {
-	var variant, dir string
+	var variant, dir, outForm string
 	cmd := &cobra.Command{
 		Use:   "environments",
 		Short: "List built environments and the environments of each variant; build and remove them",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			out := cmd.OutOrStdout()
-			builds, names, err := sandboxes.EnvironmentBuilds(dir)
-			if err != nil {
-				return err
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "BUILT\tBUILD ID\tBASE\tSIZE\tCREATED")
-			for _, b := range builds {
-				label := "-"
-				for n, id := range names {
-					if id == b.ID {
-						label = n
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d MiB\t%s\n", label, b.ShortID(), b.Base, b.SizeBytes>>20, b.CreatedAt.Local().Format(time.DateTime))
-			}
-			if len(builds) == 0 {
-				fmt.Fprintln(tw, "(none yet: `code-sandboxes environments build -f spec.yaml`; \"python\" builds on first use)\t\t\t\t")
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintln(out)
-			variants := sandboxes.Variants()
-			if variant != "" {
-				variants = []string{variant}
-			}
-			tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VARIANT\tNAME\tBUILD ID\tDESCRIPTION")
-			for _, v := range variants {
-				envs, err := sandboxes.ListEnvironments(cmd.Context(), sandboxes.Config{Variant: v, EnvironmentDir: dir})
-				if err != nil {
-					fmt.Fprintf(tw, "%s\t(skipped: %v)\t\t\n", v, err)
-					continue
-				}
-				for _, e := range envs {
-					id := e.BuildID
-					if len(id) > 12 {
-						id = id[:12]
-					}
-					if id == "" {
-						id = "-"
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.Variant, e.Name, id, e.Description)
-				}
-			}
-			return tw.Flush()
+			return printEnvironments(cmd, variant, dir, outForm)
 		},
 	}
+	cmd.Flags().StringVarP(&outForm, "output", "o", "table", "table (fits the terminal: $COLUMNS or 80), wide (every column whole) or json")
 	cmd.Flags().StringVarP(&variant, "variant", "v", "", "only this variant")
 	cmd.PersistentFlags().StringVar(&dir, "dir", "", "environment store (default $CODE_SANDBOXES_ENV_DIR, /var/lib/code-sandboxes/environments as root, else ~/.local/share/code-sandboxes/environments)")
 
@@ -859,3 +888,8 @@ func versionCmd() *cobra.Command {
 		},
 	}
 }
+
+// ownsLifetimes says whether the CLI's default lifetimes apply: the jupyter
+// variant runs kernels on a server whose lifetime it doesn't own, and
+// refuses any.
+func ownsLifetimes(variant string) bool { return variant != "jupyter" }

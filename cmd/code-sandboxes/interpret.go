@@ -126,7 +126,7 @@ is used when only ANTHROPIC_API_KEY is set.`,
 			if err != nil {
 				return err
 			}
-			if cfg.MaxLifetime == 0 {
+			if cfg.MaxLifetime == 0 && ownsLifetimes(cfg.Variant) {
 				cfg.MaxLifetime = time.Hour
 			}
 			ctx := cmd.Context()
@@ -157,6 +157,9 @@ is used when only ANTHROPIC_API_KEY is set.`,
 				saved = append(saved, p)
 			}
 			if jsonOut {
+				if out.Executions == nil {
+					out.Executions = []interpreter.CodeExecResult{} // [], never null
+				}
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(struct {

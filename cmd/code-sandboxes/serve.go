@@ -20,6 +20,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	k8svariant "github.com/code-sandboxes/code-sandboxes/kubernetes"
 	"github.com/code-sandboxes/code-sandboxes/mcptools"
 	"github.com/spf13/cobra"
 )
@@ -35,6 +36,7 @@ func serveCmd() *cobra.Command {
 		maxTimeout                                                    time.Duration
 		maxSnapshots, maxPaused                                       int
 		keep, verbose, requireTraffic, templateBuilds, allowPrivate   bool
+		k8sEnforced, allowInsecure                                    bool
 		toolServers                                                   []string
 		templateLoopback                                              []int
 		templateUploadQuota                                           string
@@ -113,6 +115,14 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				apiKey, generated = "e2b_"+hex.EncodeToString(b[:]), true
 				keys = append(keys, e2bserver.Key{Key: apiKey, Team: "default"})
 			}
+			if k8sEnforced {
+				if variant != "kubernetes" {
+					return fmt.Errorf("--k8s-network-policy-enforced is for --variant kubernetes, not %s", variant)
+				}
+				if err := os.Setenv(k8svariant.NetworkPolicyEnforcedEnv, "1"); err != nil {
+					return err
+				}
+			}
 			level := slog.LevelInfo
 			if verbose {
 				level = slog.LevelDebug
@@ -156,19 +166,20 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir, WarmPool: warmPool}},
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
-				DefaultNetwork:      network,
-				MaxNetwork:          maxNetwork,
-				RequireTrafficToken: requireTraffic,
-				AllowPrivate:        allowPrivate,
-				TemplateBuilds:      templateBuilds,
-				TemplateLoopback:    templateLoopback,
-				TemplateUploadQuota: uploadQuota,
-				MetricsToken:        metricsToken,
-				MaxTimeout:          maxTimeout,
-				MaxSnapshots:        maxSnapshots,
-				MaxPaused:           maxPaused,
-				Logger:              logger,
-				Console:             webConsole,
+				DefaultNetwork:         network,
+				MaxNetwork:             maxNetwork,
+				RequireTrafficToken:    requireTraffic,
+				AllowInsecureSandboxes: allowInsecure,
+				AllowPrivate:           allowPrivate,
+				TemplateBuilds:         templateBuilds,
+				TemplateLoopback:       templateLoopback,
+				TemplateUploadQuota:    uploadQuota,
+				MetricsToken:           metricsToken,
+				MaxTimeout:             maxTimeout,
+				MaxSnapshots:           maxSnapshots,
+				MaxPaused:              maxPaused,
+				Logger:                 logger,
+				Console:                webConsole,
 			})
 			if err != nil {
 				return err
@@ -233,7 +244,9 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.StringVar(&templateUploadQuota, "template-upload-quota", "2G", "bytes of template files (the archives of COPY steps) a team may keep stored on this machine, e.g. 500M or 4G; files go with their template, and unused ones after a day")
 	f.IntSliceVar(&templateLoopback, "template-build-loopback-port", nil, "a TCP port of this machine's loopback that template build steps may reach at 127.0.0.1:<port> (a package index served here); repeatable; none by default")
 	f.BoolVar(&allowPrivate, "allow-private", false, "let sandboxes with network reach the private ranges (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and let allowOut list them; never the host itself, loopback or cloud metadata")
+	f.BoolVar(&k8sEnforced, "k8s-network-policy-enforced", false, "--variant kubernetes: assert that the cluster's network plugin enforces NetworkPolicy, for a plugin the variant can neither see in kube-system nor prove with a sandbox's pod (docs/kubernetes.md); every network policy there needs one")
 	f.BoolVar(&requireTraffic, "require-traffic-token", false, "every tunnel to a sandbox port needs the sandbox's trafficAccessToken (as with allowPublicTraffic false), not only private sandboxes'")
+	f.BoolVar(&allowInsecure, "allow-insecure-sandboxes", false, "accept E2B's secure: false at create: that sandbox's envd (commands, files, code) then answers anyone who can reach this server and knows the sandbox's id, without a token; the API (create, connect, kill) still needs the team's key")
 	f.StringVar(&metricsToken, "metrics-token", "", "serve Prometheus metrics at GET /metrics to requests with Authorization: Bearer <this> (\"\" = off)")
 	f.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	f.DurationVar(&maxTimeout, "max-timeout", 24*time.Hour, "longest sandbox timeout a client may ask for")

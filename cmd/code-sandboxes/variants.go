@@ -11,6 +11,7 @@ import (
 
 	_ "github.com/code-sandboxes/code-sandboxes/docker"
 	_ "github.com/code-sandboxes/code-sandboxes/e2b"
+	_ "github.com/code-sandboxes/code-sandboxes/jupyter"
 	_ "github.com/code-sandboxes/code-sandboxes/kubernetes"
 )
 

@@ -101,7 +101,7 @@ try {
     listed: (await Sandbox.listSnapshots().nextItems()).length,
   }))
   await step('autoPause', async () => {
-    const a = await Sandbox.create({ timeoutMs: 3_000, allowInternetAccess: false, lifecycle: { onTimeout: 'pause', autoResume: false } })
+    const a = await Sandbox.create({ timeoutMs: 10_000, allowInternetAccess: false, lifecycle: { onTimeout: 'pause', autoResume: false } })
     made.push(a)
     await a.runCode('y = 1')
     const info = await a.getInfo()

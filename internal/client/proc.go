@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strconv"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -19,7 +22,17 @@ type StartOptions struct {
 	Cwd   string // "" = the default
 	Stdin bool   // keep stdin open for SendStdin
 	Tag   string // "" = none
+	// Pty, when set, runs the process on a pseudo-terminal of this size:
+	// its output arrives as ProcessEvent.Pty, its input through SendPty.
+	Pty *PtySize
+	// Keepalive asks envd for a keepalive event after this much silence,
+	// so an idle stream (a terminal nobody types in) isn't taken for a
+	// dead one by a proxy on the way. 0 = envd's default.
+	Keepalive time.Duration
 }
+
+// PtySize is a terminal's size in character cells.
+type PtySize struct{ Cols, Rows uint32 }
 
 // ProcessEvent is one event of a running process: output, or its end.
 type ProcessEvent struct {
@@ -29,10 +42,56 @@ type ProcessEvent struct {
 	Error               string // e.g. "signal: killed"
 }
 
-// ProcessStream is a started process's event stream.
+// ProcessStream is a started (or connected) process's event stream.
 type ProcessStream struct {
 	Pid    uint32
-	stream *connect.ServerStreamForClient[processpb.StartResponse]
+	stream eventStream
+}
+
+// eventStream is what Start and Connect streams have in common: both carry
+// a ProcessEvent per message.
+type eventStream interface {
+	Receive() bool
+	Err() error
+	Close() error
+	event() *processpb.ProcessEvent
+}
+
+type startStream struct {
+	*connect.ServerStreamForClient[processpb.StartResponse]
+}
+
+func (s startStream) event() *processpb.ProcessEvent { return s.Msg().GetEvent() }
+
+type connectStream struct {
+	*connect.ServerStreamForClient[processpb.ConnectResponse]
+}
+
+func (s connectStream) event() *processpb.ProcessEvent { return s.Msg().GetEvent() }
+
+// firstEvent waits for the stream's start event and returns the stream
+// with the pid it names.
+func firstEvent(op string, stream eventStream) (*ProcessStream, error) {
+	if !stream.Receive() {
+		err := stream.Err()
+		stream.Close()
+		if err == nil {
+			err = errors.New("the stream ended before the start event")
+		}
+		return nil, ConnectError(op, err)
+	}
+	st := stream.event().GetStart()
+	if st == nil {
+		stream.Close()
+		return nil, fmt.Errorf("%s: %w: expected a start event first", op, sberr.ErrUnavailable)
+	}
+	return &ProcessStream{Pid: st.GetPid(), stream: stream}, nil
+}
+
+func setKeepalive(h http.Header, d time.Duration) {
+	if d > 0 {
+		h.Set("Keepalive-Ping-Interval", strconv.Itoa(max(1, int(d/time.Second))))
+	}
 }
 
 // StartProcess starts a process and returns once envd says it runs (its
@@ -47,31 +106,36 @@ func (c *Client) StartProcess(ctx context.Context, o StartOptions) (*ProcessStre
 	if o.Tag != "" {
 		req.Tag = &o.Tag
 	}
-	stream, err := c.Process().Start(ctx, connect.NewRequest(req))
+	if o.Pty != nil {
+		req.Pty = &processpb.PTY{Size: &processpb.PTY_Size{Cols: o.Pty.Cols, Rows: o.Pty.Rows}}
+	}
+	creq := connect.NewRequest(req)
+	setKeepalive(creq.Header(), o.Keepalive)
+	stream, err := c.Process().Start(ctx, creq)
 	if err != nil {
 		return nil, ConnectError("start command", err)
 	}
-	if !stream.Receive() {
-		err := stream.Err()
-		stream.Close()
-		if err == nil {
-			err = errors.New("the stream ended before the start event")
-		}
-		return nil, ConnectError("start command", err)
+	return firstEvent("start command", startStream{stream})
+}
+
+// ConnectProcess attaches to a running process by pid: its output from now
+// on, and its end. ctx bounds the stream only (the process goes on when it
+// ends); keepalive as in StartOptions.
+func (c *Client) ConnectProcess(ctx context.Context, pid uint32, keepalive time.Duration) (*ProcessStream, error) {
+	creq := connect.NewRequest(&processpb.ConnectRequest{Process: pidSelector(pid)})
+	setKeepalive(creq.Header(), keepalive)
+	stream, err := c.Process().Connect(ctx, creq)
+	if err != nil {
+		return nil, ConnectError("connect to process", err)
 	}
-	st := stream.Msg().GetEvent().GetStart()
-	if st == nil {
-		stream.Close()
-		return nil, fmt.Errorf("start command: %w: expected a start event first", sberr.ErrUnavailable)
-	}
-	return &ProcessStream{Pid: st.GetPid(), stream: stream}, nil
+	return firstEvent("connect to process", connectStream{stream})
 }
 
 // Next waits for the next event; false when the stream has ended (see Err).
 // Keepalives are skipped.
 func (p *ProcessStream) Next() (ProcessEvent, bool) {
 	for p.stream.Receive() {
-		ev := p.stream.Msg().GetEvent()
+		ev := p.stream.event()
 		if d := ev.GetData(); d != nil {
 			if b := d.GetStdout(); len(b) > 0 {
 				return ProcessEvent{Stdout: b}, true
@@ -105,6 +169,19 @@ func pidSelector(pid uint32) *processpb.ProcessSelector {
 func (c *Client) SendStdin(ctx context.Context, pid uint32, data []byte) error {
 	_, err := c.Process().SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: pidSelector(pid), Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Stdin{Stdin: data}}}))
 	return ConnectError("send stdin", err)
+}
+
+// SendPty writes to a process's terminal (a process started with a Pty).
+func (c *Client) SendPty(ctx context.Context, pid uint32, data []byte) error {
+	_, err := c.Process().SendInput(ctx, connect.NewRequest(&processpb.SendInputRequest{Process: pidSelector(pid), Input: &processpb.ProcessInput{Input: &processpb.ProcessInput_Pty{Pty: data}}}))
+	return ConnectError("send terminal input", err)
+}
+
+// ResizePty changes the size of a process's terminal; the process gets
+// SIGWINCH.
+func (c *Client) ResizePty(ctx context.Context, pid uint32, size PtySize) error {
+	_, err := c.Process().Update(ctx, connect.NewRequest(&processpb.UpdateRequest{Process: pidSelector(pid), Pty: &processpb.PTY{Size: &processpb.PTY_Size{Cols: size.Cols, Rows: size.Rows}}}))
+	return ConnectError("resize terminal", err)
 }
 
 // CloseStdin closes a process's stdin (EOF).

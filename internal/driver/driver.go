@@ -121,6 +121,12 @@ type Info struct {
 	Memory    int64             `json:"memory_bytes,omitempty"`
 	CPUs      float64           `json:"cpus,omitempty"`
 	Network   string            `json:"network,omitempty"`
+	// AllowedHosts and DeniedHosts are the sandbox's egress rules as its
+	// variant enforces them, where it reports them (e2b: the allowOut and
+	// denyOut E2B's API answers; an allowlist there is allowOut plus a
+	// denied 0.0.0.0/0).
+	AllowedHosts []string `json:"allowed_hosts,omitempty"`
+	DeniedHosts  []string `json:"denied_hosts,omitempty"`
 	// Environment and BuildID say what the sandbox runs on; a sandbox pins
 	// the build id it started from.
 	Environment string `json:"environment,omitempty"`

@@ -110,3 +110,22 @@ func TestHelpers(t *testing.T) {
 		t.Errorf("metadataQuery = %q", q)
 	}
 }
+
+// An allowOut/denyOut entry is the same rule however E2B writes it back.
+func TestSameDestination(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"8.8.8.8", "8.8.8.8/32", true},
+		{"10.1.2.3/8", "10.0.0.0/8", true},
+		{"PyPI.org", "pypi.org", true},
+		{"0.0.0.0/0", "0.0.0.0/1", false},
+		{"pypi.org", "*.pypi.org", false},
+		{"::/0", "0.0.0.0/0", false},
+	} {
+		if got := sameDestination(c.a, c.b); got != c.want {
+			t.Errorf("sameDestination(%q, %q) = %v", c.a, c.b, got)
+		}
+	}
+}

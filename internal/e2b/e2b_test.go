@@ -130,8 +130,9 @@ func TestAgainstOurServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer sb.Close()
-		if i, err := sb.Info(ctx); err != nil || i.Network != sandboxes.NetworkAllowlist {
-			t.Errorf("info: %q %v", i.Network, err)
+		// What serve says the sandbox has: allowOut the host, deny the rest.
+		if i, err := sb.Info(ctx); err != nil || i.Network != sandboxes.NetworkAllowlist || strings.Join(i.AllowedHosts, ",") != "pypi.org" || strings.Join(i.DeniedHosts, ",") != "0.0.0.0/0" {
+			t.Errorf("info: %q allowed %q denied %q %v", i.Network, i.AllowedHosts, i.DeniedHosts, err)
 		}
 		if err := sb.UpdateNetwork(ctx, sandboxes.Network{Policy: sandboxes.NetworkAll}); err != nil {
 			t.Fatal(err)

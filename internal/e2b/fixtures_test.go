@@ -58,6 +58,9 @@ type fake struct {
 	bodies   []string
 	// override answers a request before the defaults when it returns true.
 	override func(w http.ResponseWriter, r *http.Request, body string) bool
+	// created is the network and allow_internet_access of the last
+	// create, which the sandbox's detail answers as E2B's API does.
+	created map[string]json.RawMessage
 }
 
 func newFake(t *testing.T) *fake {
@@ -108,9 +111,14 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.Method == "POST" && r.URL.Path == "/sandboxes":
+		var req map[string]json.RawMessage
+		_ = json.Unmarshal(b, &req)
+		f.mu.Lock()
+		f.created = req
+		f.mu.Unlock()
 		js(http.StatusCreated, fixtureSandbox)
 	case r.Method == "GET" && r.URL.Path == "/sandboxes/i1a2b3c4d5e6f7g8h9j0k":
-		js(http.StatusOK, fixtureDetail)
+		js(http.StatusOK, f.detail())
 	case r.Method == "POST" && r.URL.Path == "/sandboxes/i1a2b3c4d5e6f7g8h9j0k/connect":
 		js(http.StatusOK, fixtureSandbox)
 	case r.Method == "POST" && r.URL.Path == "/sandboxes/i1a2b3c4d5e6f7g8h9j0k/timeout":
@@ -131,6 +139,24 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		js(http.StatusNotFound, `{"code":404,"message":"not found"}`)
 	}
+}
+
+// detail is fixtureDetail with the network the sandbox was created with:
+// E2B's SandboxDetail carries allowInternetAccess and the network config
+// (allowOut, denyOut) as given at create.
+func (f *fake) detail() string {
+	f.mu.Lock()
+	created := f.created
+	f.mu.Unlock()
+	if created["network"] == nil {
+		return fixtureDetail
+	}
+	var d map[string]json.RawMessage
+	_ = json.Unmarshal([]byte(fixtureDetail), &d)
+	d["network"] = created["network"]
+	d["allowInternetAccess"] = created["allow_internet_access"]
+	b, _ := json.Marshal(d)
+	return string(b)
 }
 
 func (f *fake) find(method, path string) (*http.Request, string) {
@@ -626,5 +652,66 @@ func TestFixtureNetworkOptions(t *testing.T) {
 	}
 	if f.count() != n {
 		t.Error("a refused update still sent a request")
+	}
+}
+
+// A plain Create with NetworkPolicy allowlist is sent as allowOut plus a
+// deny-all, and the result says so: Info shows the rules the sandbox got
+// as the API reports them. A host that doesn't keep them (no network in
+// its answer, or no deny-all) would leave the sandbox more open than
+// asked: Create refuses it with the reason and removes the sandbox.
+func TestFixtureAllowlistResult(t *testing.T) {
+	f := newFake(t)
+	ctx := ctxT(t, time.Minute)
+	c := f.config()
+	c.NetworkPolicy, c.AllowedHosts = "allowlist", []string{"pypi.org", "203.0.113.7"}
+	sb, err := sandboxes.Create(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	info, err := sb.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Network != "allowlist" || mustJSON(info.AllowedHosts) != `["pypi.org","203.0.113.7"]` || mustJSON(info.DeniedHosts) != `["0.0.0.0/0"]` {
+		t.Errorf("Info network %q allowed %q denied %q; want allowlist, the hosts, 0.0.0.0/0", info.Network, info.AllowedHosts, info.DeniedHosts)
+	}
+	b, _ := json.Marshal(info)
+	if !strings.Contains(string(b), `"allowed_hosts":["pypi.org","203.0.113.7"],"denied_hosts":["0.0.0.0/0"]`) {
+		t.Errorf("Info JSON %s", b)
+	}
+
+	for name, answer := range map[string]string{
+		"no network":   `{}`,
+		"no deny-all":  `{"network":{"allowOut":["pypi.org","203.0.113.7"]}}`,
+		"more allowed": `{"network":{"allowOut":["pypi.org","203.0.113.7","0.0.0.0/0"],"denyOut":["0.0.0.0/0"]}}`,
+	} {
+		f := newFake(t)
+		f.override = func(w http.ResponseWriter, r *http.Request, body string) bool {
+			if r.Method != "GET" || r.URL.Path != "/sandboxes/i1a2b3c4d5e6f7g8h9j0k" {
+				return false
+			}
+			var d map[string]any
+			_ = json.Unmarshal([]byte(fixtureDetail), &d)
+			d["allowInternetAccess"] = true
+			var a map[string]any
+			_ = json.Unmarshal([]byte(answer), &a)
+			if a["network"] != nil {
+				d["network"] = a["network"]
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(d)
+			return true
+		}
+		c := f.config()
+		c.NetworkPolicy, c.AllowedHosts = "allowlist", []string{"pypi.org", "203.0.113.7"}
+		_, err := sandboxes.Create(ctx, c)
+		if !errors.Is(err, sandboxes.ErrNotSupported) || !strings.Contains(err.Error(), "was removed") {
+			t.Errorf("%s: Create = %v, want a refusal", name, err)
+		}
+		if r, _ := f.find("DELETE", "/sandboxes/i1a2b3c4d5e6f7g8h9j0k"); r == nil {
+			t.Errorf("%s: the refused sandbox was not killed", name)
+		}
 	}
 }

@@ -139,6 +139,11 @@ func infoOf(d sandboxDetail) driver.Info {
 		}
 		info.Tags[k] = v
 	}
+	if d.Network != nil {
+		// The rules the host reports, as the sandbox has them: an
+		// allowlist is allowOut plus a deny-all (0.0.0.0/0) on E2B.
+		info.AllowedHosts, info.DeniedHosts = d.Network.AllowOut, d.Network.DenyOut
+	}
 	switch {
 	case d.Network != nil && slices.Contains(d.Network.DenyOut, "0.0.0.0/0") && len(d.Network.AllowOut) > 0:
 		info.Network = "allowlist"

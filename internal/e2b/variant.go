@@ -177,6 +177,12 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 			return nil, fmt.Errorf("%w: sandbox %s runs envd %q, older than 0.1.0 (as E2B's SDKs, refused); rebuild the template", sberr.ErrNotSupported, sb.SandboxID, sb.EnvdVersion)
 		}
 	}
+	if body.Network != nil && !c.debug {
+		if err := checkNetworkKept(ctx, c, sb.SandboxID, body.Network); err != nil {
+			_ = kill(context.WithoutCancel(ctx), c, sb.SandboxID)
+			return nil, err
+		}
+	}
 	inst := newInstance(c, sb)
 	if err := inst.setup(ctx, spec); err != nil {
 		_ = inst.Kill(context.WithoutCancel(ctx))

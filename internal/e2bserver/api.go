@@ -284,10 +284,10 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	case req.Network != nil && req.Network.MaskRequestHost != nil && checkMask(*req.Network.MaskRequestHost) != nil:
 		writeError(w, http.StatusBadRequest, "%v", checkMask(*req.Network.MaskRequestHost))
 		return
-	case req.Secure != nil && !*req.Secure:
-		// E2B would leave envd open to anyone who knows the id; here every
-		// sandbox's envd needs its token, and the proxy never adds it.
-		writeError(w, http.StatusBadRequest, "secure: false is not supported: every sandbox here needs its envdAccessToken (drop the secure option)")
+	case req.Secure != nil && !*req.Secure && !s.allowInsecure:
+		// On E2B it leaves envd open to anyone who knows the id: only with
+		// the operator's opt-in.
+		writeError(w, http.StatusBadRequest, "secure: false (a sandbox whose envd needs no access token) is refused: this server runs without %s; drop the secure option, or ask the operator to start serve with %s", insecureFlag, insecureFlag)
 		return
 	case len(req.VolumeMounts) > 0:
 		writeError(w, http.StatusBadRequest, "volume mounts are not supported")
@@ -375,6 +375,10 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	tags[tagTeam] = k.Team
 	if private {
 		tags[tagPrivate] = "true"
+	}
+	insecure := req.Secure != nil && !*req.Secure
+	if insecure {
+		tags[tagInsecure] = "true"
 	}
 	if !s.startCreate() {
 		writeError(w, http.StatusServiceUnavailable, "the server is shutting down; create the sandbox on another server or try again later")
@@ -466,6 +470,7 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	}
 	e.logs = logs
 	e.autoResume, e.autoPause = autoResume, autoPause
+	e.insecure = insecure
 	e.net.Store(&st)
 	e.level.Store(int32(levelOf(nw)))
 	if testHookCreated != nil {
@@ -481,17 +486,27 @@ func (s *Server) createWith(w http.ResponseWriter, r *http.Request, req newSandb
 	}
 	s.metrics.creates.WithLabelValues(k.Team, "ok").Inc()
 	s.log.Info("created", "sandbox", e.id, "team", k.Team, "key", keyID(k.Key), "template", req.TemplateID,
-		"network", network, "memory_bytes", q.Memory, "cpus", q.CPU, "private", private)
+		"network", network, "memory_bytes", q.Memory, "cpus", q.CPU, "private", private, "insecure", insecure)
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(e))
 }
 
-// sandboxJSON is the create and connect answer: both tokens, always. The
-// traffic token goes out even for public sandboxes because the code
-// interpreter SDKs authenticate /contexts with it.
+// sandboxJSON is the create and connect answer: both tokens, always
+// (but the envd token of an insecure sandbox, which E2B never sends: its
+// SDKs then send none). The traffic token goes out even for public
+// sandboxes because the code interpreter SDKs authenticate /contexts with it.
 func (s *Server) sandboxJSON(e *entry) sandboxJSON {
 	traffic := e.traffic
 	return sandboxJSON{TemplateID: e.template, SandboxID: e.id, ClientID: clientID, EnvdVersion: EnvdVersion,
-		Alias: e.template, EnvdAccessToken: e.token, TrafficAccessToken: &traffic}
+		Alias: e.template, EnvdAccessToken: e.envdToken(), TrafficAccessToken: &traffic}
+}
+
+// envdToken is the envd access token the API shows: none for an insecure
+// sandbox.
+func (e *entry) envdToken() string {
+	if e.insecure {
+		return ""
+	}
+	return e.token
 }
 
 // errQuota is a create over the team's quota; errRate one over its creates
@@ -740,7 +755,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll, EnvdAccessToken: e.token}
+	d := sandboxDetail{listedSandbox: listed(i), AllowInternetAccess: i.Network == sandboxes.NetworkAll, EnvdAccessToken: e.envdToken()}
 	if st := e.net.Load(); st != nil {
 		// What this server was asked (a restart forgets it: then only
 		// allowInternetAccess, from the sandbox's policy).

@@ -219,7 +219,7 @@ func TestSandboxLifecycleHTTP(t *testing.T) {
 	}
 	a := create(`{"templateID":"base","timeout":120,"metadata":{"team":"x y&z","n":"1"}}`)
 	time.Sleep(10 * time.Millisecond) // distinct start times make the order certain
-	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","secure":false}`, 400, "secure: false is not supported")
+	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"base","secure":false}`, 400, "secure: false")
 	b := create(`{"templateID":"code-interpreter-v1","timeout":120,"metadata":{"team":"x y&z","n":"2"},"allow_internet_access":true}`)
 	time.Sleep(10 * time.Millisecond)
 	c := create(`{"templateID":"base","timeout":120,"metadata":{"team":"other"}}`)

@@ -67,7 +67,12 @@ const (
 	tagTemplate = tagPrefix + "template" // its presence marks a sandbox as ours
 	tagTeam     = tagPrefix + "team"     // the team whose key created it
 	tagPrivate  = tagPrefix + "private"  // "true": allowPublicTraffic false
+	tagInsecure = tagPrefix + "insecure" // "true": created with secure false
 )
+
+// insecureFlag is serve's flag behind Options.AllowInsecureSandboxes,
+// named in the refusal of secure: false.
+const insecureFlag = "--allow-insecure-sandboxes"
 
 // Templates the server accepts; both are the same sandbox (our agent serves
 // envd and the interpreter alike), but the SDKs pick them by name.
@@ -130,6 +135,12 @@ type Options struct {
 	// the interpreter's) need the sandbox's traffic access token, as if every
 	// sandbox were created with allowPublicTraffic false.
 	RequireTrafficToken bool
+	// AllowInsecureSandboxes lets a create ask for secure: false, as on
+	// E2B: that sandbox's envd and interpreter then answer anyone who
+	// reaches serve and knows the sandbox's id, without a token (serve
+	// --allow-insecure-sandboxes). Refused with 400 otherwise. The control
+	// plane (create, connect, kill…) still needs the team's API key.
+	AllowInsecureSandboxes bool
 	// AllowPrivate lets sandboxes with network reach the private ranges
 	// (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7) and lets allowOut
 	// list them; refused by default (the host itself, loopback and cloud
@@ -190,6 +201,7 @@ type Server struct {
 	defaultNetwork string
 	maxNetwork     int // a level (ceiling.go)
 	requireTraffic bool
+	allowInsecure  bool
 	allowPrivate   bool
 	metricsToken   string
 	maxTimeout     time.Duration
@@ -233,19 +245,23 @@ type entry struct {
 	inst               driver.Instance
 	token, traffic     string
 	private            bool // allowPublicTraffic false
-	net                atomic.Pointer[netState]
-	level              atomic.Int32 // of its network (ceiling.go): a resume above the ceiling is refused
-	netMu              sync.Mutex   // one network update at a time (each waits for its own to apply)
-	memory             int64
-	cpus               float64
-	tunnel             *http.Transport
-	agentScheme        string // of the variant client's envd URL
-	agentHost          string
-	lastUsage          driver.Usage // guarded by Server.mu
-	inflight           atomic.Int32 // data-plane requests open
-	logs               *sandboxLog  // the template's start command's output; nil = none
-	autoResume         bool         // traffic resumes it when paused (autopause.go)
-	autoPause          bool         // pauses at its timeout: holds a paused slot (pausequota.go)
+	// insecure: created with secure false on a server that allows it; its
+	// envd and interpreter take requests without the token (the proxy adds
+	// it: the agent inside still checks one).
+	insecure    bool
+	net         atomic.Pointer[netState]
+	level       atomic.Int32 // of its network (ceiling.go): a resume above the ceiling is refused
+	netMu       sync.Mutex   // one network update at a time (each waits for its own to apply)
+	memory      int64
+	cpus        float64
+	tunnel      *http.Transport
+	agentScheme string // of the variant client's envd URL
+	agentHost   string
+	lastUsage   driver.Usage // guarded by Server.mu
+	inflight    atomic.Int32 // data-plane requests open
+	logs        *sandboxLog  // the template's start command's output; nil = none
+	autoResume  bool         // traffic resumes it when paused (autopause.go)
+	autoPause   bool         // pauses at its timeout: holds a paused slot (pausequota.go)
 	// paused, resuming and resumes are guarded by Server.mu (pausequota.go):
 	// paused, serve's view, keeps the sandbox out of its team's quota.
 	paused, resuming bool
@@ -270,7 +286,7 @@ type teamState struct {
 
 // New validates o and returns a Server.
 func New(o Options) (*Server, error) {
-	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, allowPrivate: o.AllowPrivate, metricsToken: o.MetricsToken,
+	s := &Server{cfg: o.Config, defaultQuota: o.Quota, defaultNetwork: o.DefaultNetwork, requireTraffic: o.RequireTrafficToken, allowInsecure: o.AllowInsecureSandboxes, allowPrivate: o.AllowPrivate, metricsToken: o.MetricsToken,
 		maxTimeout: o.MaxTimeout, maxSnaps: o.MaxSnapshots, maxPaused: o.MaxPaused, log: o.Logger, sandboxes: map[string]*entry{}, teams: map[string]*teamState{}, toolSets: o.ToolSets}
 	s.createCtx, s.stopCreates = context.WithCancel(context.Background())
 	for name := range o.ToolSets {
@@ -333,6 +349,10 @@ func New(o Options) (*Server, error) {
 	}
 	s.api = s.routes()
 	s.proxy = newDataPlane(s)
+	if s.allowInsecure {
+		// Said once at start: the operator chose it, the log shows it.
+		s.log.Warn("secure: false is allowed (" + insecureFlag + "): the envd of a sandbox created so answers anyone who reaches this server and knows its id, without a token")
+	}
 	s.front = s.withConsole(o.Console)
 	return s, nil
 }
@@ -617,6 +637,15 @@ func (s *Server) Adopt(ctx context.Context) error {
 		}
 		e, err := s.newEntry(sb, i.Tags[tagTeam], t, i.Tags[tagPrivate] == "true", i.Memory, i.CPUs)
 		if e != nil {
+			if i.Tags[tagInsecure] == "true" {
+				// Open without a token only while the operator still allows
+				// it; otherwise its envd needs the token again, which
+				// connect and details then answer.
+				e.insecure = s.allowInsecure
+				if !s.allowInsecure {
+					s.log.Warn("adopted a sandbox created with secure false; its envd needs its token now (serve runs without "+insecureFlag+")", "sandbox", i.ID, "team", i.Tags[tagTeam])
+				}
+			}
 			e.autoResume = i.Tags[tagAutoResume] == "true"
 			e.autoPause = i.Tags[tagOnTimeout] == "pause"
 			// Only the policy is known after a restart: a filtered "all"

@@ -372,3 +372,16 @@ func (p *pinSet) has(ip netip.Addr) bool {
 	defer p.mu.Unlock()
 	return len(p.m[ip.Unmap()]) > 0
 }
+
+// Unreachable is what network all never reaches, as address ranges: the
+// always blocked ones (loopback, link-local and metadata, multicast,
+// reserved) and, unless allowPrivate, the private ranges. Variants that
+// enforce with address rules only (a Kubernetes NetworkPolicy) exclude
+// these; the host's own addresses come on top.
+func Unreachable(allowPrivate bool) []netip.Prefix {
+	out := append([]netip.Prefix(nil), alwaysBlocked...)
+	if !allowPrivate {
+		out = append(out, privateRanges...)
+	}
+	return out
+}

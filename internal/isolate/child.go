@@ -610,8 +610,18 @@ func setupRoot(cfg *childConfig) error {
 	if err := mount("tmpfs", nr, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, rootTmpfsData(cfg.RootSize, cfg.RootUser)); err != nil {
 		return err
 	}
+	// The rootfs's /home/user, opened before bindRootfs closes the rootfs:
+	// the sandbox's home starts as a copy of it (homeseed.go).
+	homeSrc := -1
 	if cfg.RootfsFD > 0 {
+		var err error
+		if homeSrc, err = openRootfsHome(cfg.RootfsFD); err != nil {
+			return err
+		}
 		if err := bindRootfs(nr, cfg); err != nil {
+			if homeSrc >= 0 {
+				unix.Close(homeSrc)
+			}
 			return err
 		}
 	} else {
@@ -654,7 +664,19 @@ func setupRoot(cfg *childConfig) error {
 			data += fmt.Sprintf(",uid=%d,gid=%d", SandboxUID, SandboxGID)
 		}
 		if err := mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+			if homeSrc >= 0 {
+				unix.Close(homeSrc)
+			}
 			return err
+		}
+		if m.path == "/home/user" && homeSrc >= 0 {
+			// Closed by seedHome: no fd outside the new root may outlive
+			// the setup.
+			err := seedHome(homeSrc, dst, m.size)
+			homeSrc = -1
+			if err != nil {
+				return err
+			}
 		}
 	}
 	// /var/tmp: programs expect it; it is the same size-limited /tmp. Without

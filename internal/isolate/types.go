@@ -207,3 +207,8 @@ func (e ExitInfo) String() string {
 // change every thread of its own, a cgo binary), "0" hardened in place
 // (where it can); unset, inPlaceByDefault decides.
 const ReexecEnv = "CODE_SANDBOXES_ISOLATE_REEXEC"
+
+// HomeTooBig is in the setup error of a sandbox whose environment's
+// /home/user, which its home starts as a copy of, is larger than the
+// home's size bound: a caller's configuration to change, not a failure.
+const HomeTooBig = "does not fit the sandbox's home"

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,6 +151,48 @@ func TestIPythonPip(t *testing.T) {
 	r = exec1(t, s, "%pip install --no-index --quiet cs-no-such-package-xyz\n_exit_code")
 	if mainText(t, r) == "0" || r.stderr() == "" {
 		t.Fatalf("failed install: exit %q, stderr %q", mainText(t, r), r.stderr())
+	}
+}
+
+// TestUserSiteAfterStart: a package pip puts in the user's site after the
+// kernel started (`pip install` in a command: a fresh home has no
+// ~/.local when the kernel starts, so site did not add it) imports in the
+// kernel, as in a new process.
+func TestUserSiteAfterStart(t *testing.T) {
+	home := t.TempDir()
+	s := newTestSession(t, func(o *Options) {
+		o.Env = append(os.Environ(), "HOME="+home)
+	})
+	r := exec1(t, s, "import cs_usersite_probe")
+	if errs := r.errors(); len(errs) != 1 || errs[0].Name != "ModuleNotFoundError" {
+		t.Fatalf("before the install: %+v", r.events)
+	}
+	// What pip's user install leaves, written from outside the kernel.
+	cmd := exec.Command(testPython, "-c", "import site; print(site.getusersitepackages())")
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	usersite := strings.TrimSpace(string(out))
+	if !strings.HasPrefix(usersite, home) {
+		t.Fatalf("user site %q is not under HOME %q", usersite, home)
+	}
+	if err := os.MkdirAll(filepath.Join(usersite, "cs_usersite_probe"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(usersite, "cs_usersite_probe", "__init__.py"), []byte("VALUE = 42\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = exec1(t, s, "import cs_usersite_probe\ncs_usersite_probe.VALUE")
+	noErrors(t, "import after the install", r)
+	if got := mainText(t, r); got != "42" {
+		t.Fatalf("import after the install: %q", got)
+	}
+	// Where site puts it: before the system's site-packages.
+	r = exec1(t, s, "import sys\n[p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))][0]")
+	if got := mainText(t, r); got != "'"+usersite+"'" {
+		t.Errorf("first site directory on sys.path: %s, want %q", got, usersite)
 	}
 }
 

@@ -270,6 +270,16 @@ def _flush_locked(main):
 
 def _stream_write(which, data):
     main = _thread.get_ident() == _MAIN_THREAD
+    _line_write(which, data, main)
+    if main and _st.pending:
+        _st.pending = False
+        if _st.busy:
+            raise KeyboardInterrupt
+
+
+def _line_write(which, data, main):
+    """Write data to stream which, line-buffered: complete lines now, a
+    partial line when it is complete or after _FLUSH_DELAY."""
     with _lock:
         buf = _st.buf
         if buf and _st.bufw != which:
@@ -292,10 +302,6 @@ def _stream_write(which, data):
             if not _st.armed:
                 _st.armed = True
                 _arm_flusher()
-    if main and _st.pending:
-        _st.pending = False
-        if _st.busy:
-            raise KeyboardInterrupt
 
 
 def _flush_streams():
@@ -333,6 +339,19 @@ def _flusher():
                 _flush_locked(False)
             except Exception:
                 pass
+
+
+def _chunk(which, data):
+    """Write data to stream which (1 or 2) as one output chunk of its own:
+    the marker after it ends the chunk there, so Go never joins it with
+    the next (E2B's Java kernel sends each write as a message)."""
+    main = _thread.get_ident() == _MAIN_THREAD
+    with _lock:
+        if _st.buf:
+            _flush_locked(main)
+        _out_locked(which, data, main)
+        _sync_locked(main)
+        _st.last = None
 
 
 def _child_sync(main=None):
@@ -1295,6 +1314,43 @@ def _tools_build(module):
     ns["__all__"] = sorted(granted)
 
 
+class _UserSiteFinder:
+    """Last on sys.meta_path: a top-level import nothing else found may be
+    of a package pip put in the user's site (~/.local/...) after the kernel
+    started: `pip install` in a command, as E2B's users write it. site adds
+    that directory only if it exists at start-up, and a sandbox's fresh home
+    has none. Once it exists, it is added (with its .pth files, where site
+    would have put it) and the import looks again. The failed imports before
+    cost a stat each."""
+
+    done = False
+
+    def find_spec(self, name, path=None, target=None):
+        if path is not None or self.done:
+            return None
+        import site
+
+        if not site.ENABLE_USER_SITE:
+            self.done = True
+            return None
+        usersite = site.getusersitepackages()
+        if usersite in sys.path or not os.path.isdir(usersite):
+            return None
+        self.done = True
+        site.addsitedir(usersite)
+        try:
+            sys.path.remove(usersite)
+        except ValueError:
+            pass
+        at = next((i for i, p in enumerate(sys.path) if p.endswith(("site-packages", "dist-packages"))), len(sys.path))
+        sys.path.insert(at, usersite)
+        sys.path_importer_cache.pop(usersite, None)
+        return sys.modules["_frozen_importlib_external"].PathFinder.find_spec(name, None, target)
+
+    def invalidate_caches(self):
+        pass
+
+
 class _ImportHook:
     """Meta-path finder that reacts to a few imports without importing them
     itself: MPLBACKEND=Agg before matplotlib loads, and patches pyplot.show /
@@ -1912,12 +1968,17 @@ local({
 
 
 # Java: one JVM running JShell's API with the local execution engine (state
-# between cells, System.out/err straight to fds 1 and 2). The same line
-# protocol as R's: "<id> <cell file> <env file|->" in; "<id> result <hex>",
-# "<id> error <hex name> <hex message> <hex traceback>", "<id> interrupt",
-# "<id> done" out. The sandbox's and the cell's variables are also system
-# properties (System.getProperty), as on E2B's Java kernel; SIGINT stops the
-# running snippet.
+# between cells). The same line protocol as R's: "<id> <cell file> <env
+# file|->" in; "<id> result <hex>", "<id> error <hex name> <hex message>
+# <hex traceback>", "<id> interrupt", "<id> done" out. During a cell,
+# System.out/err send each write as "<id> out <1|2> <hex>" (at most 32 KiB
+# of it a line), which the kernel turns into one output chunk each: E2B's
+# Java kernel (IJava) sends every write of its PrintStream as a message of
+# its own, so println's text and its newline are two chunks there (its
+# tests check stdout[0] == the line). Between cells (a thread left running)
+# they write to fds 1 and 2. The sandbox's and the cell's variables are also
+# system properties (System.getProperty), as on E2B's Java kernel; SIGINT
+# stops the running snippet.
 _JAVA_DRIVER = r"""import java.io.*;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.*;
@@ -1941,7 +2002,33 @@ public class Driver {
   }
   static void send(String... parts) {
     System.out.flush(); System.err.flush();
-    st.print(String.join(" ", parts) + "\n"); st.flush();
+    synchronized (Driver.class) { st.print(String.join(" ", parts) + "\n"); st.flush(); }
+  }
+  // The running cell's id; null between cells.
+  static volatile String cell = null;
+  // A PrintStream of a subclass: its println writes the text, then the
+  // newline (a plain PrintStream of JDK 17 and later writes both at once),
+  // as the PrintStream of IJava's JDK 11 does.
+  static final class CellPrint extends PrintStream {
+    CellPrint(OutputStream o) { super(o, true, StandardCharsets.UTF_8); }
+  }
+  // CellOut: System.out/err during a cell, a status line per write.
+  static final class CellOut extends OutputStream {
+    final String fd;
+    final FileOutputStream raw;
+    CellOut(String fd, FileDescriptor d) { this.fd = fd; this.raw = new FileOutputStream(d); }
+    @Override public void write(int b) throws IOException { write(new byte[] {(byte) b}, 0, 1); }
+    @Override public void write(byte[] b, int off, int len) throws IOException {
+      String id = cell;
+      if (id == null) { raw.write(b, off, len); return; }
+      for (int i = 0; i < len; i += 32768) {
+        int n = Math.min(32768, len - i);
+        StringBuilder sb = new StringBuilder(2 * n + 16).append(id).append(" out ").append(fd).append(' ');
+        for (int j = off + i; j < off + i + n; j++) { sb.append(Character.forDigit((b[j] >> 4) & 0xf, 16)).append(Character.forDigit(b[j] & 0xf, 16)); }
+        sb.append('\n');
+        synchronized (Driver.class) { st.print(sb); st.flush(); }
+      }
+    }
   }
   static String unquote(String v) {
     if (v == null || v.length() < 2 || !v.startsWith("\"") || !v.endsWith("\"")) return v;
@@ -1963,6 +2050,8 @@ public class Driver {
     // The sandbox's variables are system properties too, as on E2B's Java kernel.
     for (Map.Entry<String, String> e : System.getenv().entrySet())
       if (!e.getKey().startsWith("CS_") && System.getProperty(e.getKey()) == null) System.setProperty(e.getKey(), e.getValue());
+    System.setOut(new CellPrint(new CellOut("1", FileDescriptor.out)));
+    System.setErr(new CellPrint(new CellOut("2", FileDescriptor.err)));
     JShell js = JShell.builder().executionEngine("local").out(System.out).err(System.err).build();
     sun.misc.Signal.handle(new sun.misc.Signal("INT"), s -> { if (running) js.stop(); });
     SourceCodeAnalysis sca = js.sourceCodeAnalysis();
@@ -1983,6 +2072,7 @@ public class Driver {
       String rest = new String(Files.readAllBytes(Paths.get(f[1])), StandardCharsets.UTF_8);
       String value = null;
       boolean failed = false;
+      cell = id;
       running = true;
       try {
         while (!rest.isBlank() && !failed) {
@@ -2033,6 +2123,7 @@ public class Driver {
       for (Map.Entry<String, String> e : saved.entrySet()) {
         if (e.getValue() == null) System.clearProperty(e.getKey()); else System.setProperty(e.getKey(), e.getValue());
       }
+      cell = null;
       send(id, "done");
     }
     System.exit(0);
@@ -2050,6 +2141,24 @@ class _Child:
         self.seq = 0
         self.buf = b""
         self.dir = None
+        self.out = None  # R's stdout, read by the kernel (_drain)
+
+    def _drain(self):
+        """Write what R's stdout pipe holds through the line buffer; at EOF
+        the pipe is closed. Non-blocking: R flushes its stdout before each
+        status line, so what came before the line is there."""
+        while self.out is not None:
+            try:
+                b = os.read(self.out, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                b = b""
+            if not b:
+                os.close(self.out)
+                self.out = None
+                return
+            _line_write(1, b, _thread.get_ident() == _MAIN_THREAD)
 
     def _start(self):
         import subprocess
@@ -2074,6 +2183,11 @@ class _Child:
             with open(drv, "w") as f:
                 f.write(_R_DRIVER)
             argv = ["Rscript", "--vanilla", drv]
+            # R writes a printed value in pieces ("[1]", its text, the
+            # newline), each flushed: straight to fd 1 they became chunks
+            # as the reads fell. E2B's R kernel sends a line whole, so R's
+            # stdout comes through the kernel's line buffer (_drain).
+            out_r, out_w = os.pipe()
         else:
             drv = os.path.join(self.dir, "driver.js")
             with open(drv, "w") as f:
@@ -2089,7 +2203,16 @@ class _Child:
                     argv.append("--experimental-strip-types")
             argv.append(drv)
         _flush_streams()
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, st_w), env=env, cwd=os.getcwd())
+        if self.lang == "r":
+            try:
+                self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, pass_fds=(cmd_r, st_w), env=env, cwd=os.getcwd())
+            finally:
+                os.close(out_w)
+            os.set_inheritable(out_r, False)
+            os.set_blocking(out_r, False)
+            self.out = out_r
+        else:
+            self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(cmd_r, st_w), env=env, cwd=os.getcwd())
         os.close(cmd_r)
         os.close(st_w)
         self.cmd, self.st, self.stw = cmd_w, st_r, st_w  # stw: the fd number in the child
@@ -2098,13 +2221,15 @@ class _Child:
         self.buf = b""
 
     def _stop(self):
-        for fd in (getattr(self, "cmd", None), getattr(self, "st", None)):
+        if self.out is not None:
+            self._drain()
+        for fd in (getattr(self, "cmd", None), getattr(self, "st", None), self.out):
             if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.cmd = self.st = None
+        self.cmd = self.st = self.out = None
         if self.p is not None:
             try:
                 self.p.kill()
@@ -2131,7 +2256,11 @@ class _Child:
                         deadline = time.monotonic() + 1.0
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError
-                if not select.select([self.st], [], [], 0.1)[0]:
+                fds = [self.st] if self.out is None else [self.st, self.out]
+                ready = select.select(fds, [], [], 0.1)[0]
+                if self.out is not None and self.out in ready:
+                    self._drain()
+                if self.st not in ready:
                     continue
                 b = os.read(self.st, 1 << 16)
                 if not b:
@@ -2140,6 +2269,7 @@ class _Child:
         finally:
             _st.crit = False
         line, _, self.buf = self.buf.partition(b"\n")
+        self._drain()
         return line
 
     def run(self, count, src, env):
@@ -2216,6 +2346,13 @@ class _Child:
                 def unhex(h):
                     return "" if h == "-" else bytes.fromhex(h).decode("utf-8", "replace")
 
+                if kind == "out" and len(parts) > 3 and parts[2] in ("1", "2"):
+                    try:
+                        data = bytes.fromhex(parts[3])
+                    except ValueError:
+                        continue
+                    _chunk(int(parts[2]), data)
+                    continue
                 if kind == "done":
                     return None
                 if kind == "result" and len(parts) > 2:
@@ -2694,6 +2831,7 @@ def _main():
     sys.stderr = _Stream(2, "<stderr>")
     sys.argv = [""]
     sys.meta_path.insert(0, _ImportHook())
+    sys.meta_path.append(_UserSiteFinder())
     for name, after in (("system", _ended_child), ("posix_spawn", _spawned_child), ("posix_spawnp", _spawned_child)):
         f = getattr(os, name, None)
         if f is not None:

@@ -223,6 +223,77 @@ func TestJavaKernel(t *testing.T) {
 	}
 }
 
+// TestLanguageOutputShape: each language's stdout and results as E2B's
+// kernels give them, in the cases E2B's own tests check (code-interpreter
+// python/tests/sync/test_default_kernels.py, env_vars/, js/tests): Java
+// (IJava, whose PrintStream sends every write as its own message) gives
+// println's text and its newline as two chunks, so stdout[0] is the line
+// without it; JavaScript, TypeScript, bash and R one chunk per line; R's
+// value shown as R prints it.
+func TestLanguageOutputShape(t *testing.T) {
+	t.Run("java", func(t *testing.T) {
+		s := langSession(t, "java")
+		// The first cell starts the JVM and JShell: on a busy host that
+		// takes longer than execReq waits.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		var r run
+		if _, err := s.Execute(ctx, Request{Code: "1"}, func(Event) {}); err != nil {
+			t.Fatal(err)
+		}
+		r = exec1(t, s, `System.out.println("Hello, World!")`)
+		noErrors(t, "java", r)
+		if got := r.chunks(EventStdout); len(got) == 0 || got[0] != "Hello, World!" || r.stdout() != "Hello, World!\n" {
+			t.Errorf("println: stdout %q, want first %q and all %q", got, "Hello, World!", "Hello, World!\n")
+		}
+		r = exec1(t, s, `System.out.print("a"); System.out.print("b"); System.err.println("e"); System.out.println(1 + 1)`)
+		noErrors(t, "java", r)
+		if r.stdout() != "ab2\n" || r.stderr() != "e\n" {
+			t.Errorf("print and println: stdout %q, stderr %q", r.stdout(), r.stderr())
+		}
+		// A long write arrives whole, in bounded chunks.
+		r = exec1(t, s, `System.out.print("x".repeat(200000))`)
+		noErrors(t, "java", r)
+		if got := r.stdout(); got != strings.Repeat("x", 200000) {
+			t.Errorf("a long print: %d bytes", len(got))
+		}
+		// Output of a thread the cell started, after the cell: still shown.
+		r = exec1(t, s, `Thread th = new Thread(() -> System.out.println("from a thread")); th.start(); th.join();`)
+		noErrors(t, "java", r)
+		if r.stdout() != "from a thread\n" {
+			t.Errorf("a thread's println: %q", r.stdout())
+		}
+	})
+	t.Run("javascript", func(t *testing.T) {
+		s := langSession(t, "javascript")
+		if got := exec1(t, s, "console.log('Hello, World!')").chunks(EventStdout); len(got) != 1 || got[0] != "Hello, World!\n" {
+			t.Errorf("console.log: %q", got)
+		}
+	})
+	t.Run("typescript", func(t *testing.T) {
+		s := langSession(t, "typescript")
+		if got := exec1(t, s, "const message: string = 'Hello, World!'; console.log(message)").chunks(EventStdout); len(got) != 1 || got[0] != "Hello, World!\n" {
+			t.Errorf("console.log: %q", got)
+		}
+	})
+	t.Run("bash", func(t *testing.T) {
+		s := langSession(t, "bash")
+		r := execReq(t, s, Request{Code: "echo $FOO", EnvVars: map[string]string{"FOO": "bar"}})
+		if got := r.chunks(EventStdout); len(got) == 0 || got[0] != "bar\n" {
+			t.Errorf("echo: %q", got)
+		}
+	})
+	t.Run("r", func(t *testing.T) {
+		s := langSession(t, "r")
+		if got := exec1(t, s, `print("Hello, World!")`).chunks(EventStdout); len(got) != 1 || got[0] != "[1] \"Hello, World!\"\n" {
+			t.Errorf("print: %q", got)
+		}
+		if got := mainText(t, exec1(t, s, `Sys.getenv("FOO", unset = "default")`)); got != `[1] "default"` {
+			t.Errorf("value: %q", got)
+		}
+	})
+}
+
 func TestLanguageRefused(t *testing.T) {
 	for _, lang := range []string{"cobol", "fortran"} {
 		err := CheckLanguage(context.Background(), lang, nil)

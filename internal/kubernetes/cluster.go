@@ -127,34 +127,62 @@ func apiError(what string, err error, ns string) error {
 // with kubernetes.Options.NetworkPolicyEnforced.
 var enforcingPlugins = []string{"calico-node", "cilium", "anetd", "antrea-agent", "kube-router", "weave-net", "canal", "azure-npm", "romana-agent"}
 
+// enforcementState is what is known of a cluster's NetworkPolicy
+// enforcement.
+type enforcementState int
+
+const (
+	unknown     enforcementState = iota // nothing says: a launch proves it
+	enforced                            // asserted, a plugin's pods seen, or proven
+	notEnforced                         // proven not to: refused
+)
+
+// EnforcedEnv asserts enforcement for serve and the CLI, which have no
+// kubernetes.Options of their own ("1" or "true").
+const EnforcedEnv = "CODE_SANDBOXES_K8S_NETWORKPOLICY_ENFORCED"
+
 type enforcement struct {
-	enforced bool
-	why      string
-	at       time.Time
+	state enforcementState
+	why   string
+	at    time.Time
 }
+
+// enforcementTTL is how long a verdict holds: a plugin installed or
+// removed meanwhile is seen after that.
+const enforcementTTL = 5 * time.Minute
 
 var (
 	enforcementMu    sync.Mutex
 	enforcementCache = map[string]enforcement{}
 )
 
-// policyEnforced reports whether the cluster is known to enforce
-// NetworkPolicy, and how we know (or why we don't).
-func (c *cluster) policyEnforced(ctx context.Context, asserted bool) (bool, string) {
+// policyEnforced reports what is known of the cluster's NetworkPolicy
+// enforcement, and how it is known (or why it isn't).
+func (c *cluster) policyEnforced(ctx context.Context, asserted bool) (enforcementState, string) {
 	if asserted {
-		return true, "kubernetes.Options.NetworkPolicyEnforced is set"
+		return enforced, "kubernetes.Options.NetworkPolicyEnforced is set"
+	}
+	if v := os.Getenv(EnforcedEnv); v == "1" || v == "true" {
+		return enforced, EnforcedEnv + " is set"
 	}
 	enforcementMu.Lock()
 	e, ok := enforcementCache[c.cfg.Host]
 	enforcementMu.Unlock()
-	if ok && time.Since(e.at) < 5*time.Minute {
-		return e.enforced, e.why
+	if ok && time.Since(e.at) < enforcementTTL {
+		return e.state, e.why
 	}
 	e = c.detectEnforcement(ctx)
+	if e.state == enforced {
+		c.recordEnforcement(e.state, e.why)
+	}
+	return e.state, e.why
+}
+
+// recordEnforcement keeps a verdict for the cluster.
+func (c *cluster) recordEnforcement(state enforcementState, why string) {
 	enforcementMu.Lock()
-	enforcementCache[c.cfg.Host] = e
-	enforcementMu.Unlock()
-	return e.enforced, e.why
+	defer enforcementMu.Unlock()
+	enforcementCache[c.cfg.Host] = enforcement{state: state, why: why, at: time.Now()}
 }
 
 func (c *cluster) detectEnforcement(ctx context.Context) enforcement {
@@ -180,5 +208,5 @@ func (c *cluster) detectEnforcement(ctx context.Context) enforcement {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	return enforcement{enforced: true, why: "the cluster runs " + strings.Join(names, ", "), at: time.Now()}
+	return enforcement{state: enforced, why: "the cluster runs " + strings.Join(names, ", "), at: time.Now()}
 }

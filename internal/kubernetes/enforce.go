@@ -26,6 +26,17 @@ const (
 // exit 0 = it connected (the policy is not in force yet).
 const enforceProbe = "import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\nexcept OSError:\n    sys.exit(1)\n"
 
+// reaches says whether the sandbox's pod connects to host:port now.
+func (i *instance) reaches(ctx context.Context, host string, port int) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	code, _, err := i.cl.RunProcess(ctx, "python3", []string{"-c", enforceProbe, host, fmt.Sprint(port)}, nil, "")
+	if err != nil {
+		return false, err
+	}
+	return code == 0, nil
+}
+
 // waitEnforced waits until the pod's egress policy holds (see above).
 // allowed are the policy's CIDRs: a node inside them is no test.
 func (i *instance) waitEnforced(ctx context.Context, hostIP string, allowed []string) error {

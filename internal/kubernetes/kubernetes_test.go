@@ -107,12 +107,37 @@ func TestPodFor(t *testing.T) {
 	if *pod.Spec.ActiveDeadlineSeconds != 7*24*3600 || pod.Labels[labelPool] != "true" || pod.Annotations[annName] != "" {
 		t.Errorf("pool pod %+v %v", pod.ObjectMeta, pod.Spec.ActiveDeadlineSeconds)
 	}
-	if np := networkPolicyFor(p, m); np == nil || len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
+	if np := networkPolicyFor(p, m, ""); len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 || len(np.Spec.Ingress) != 0 {
 		t.Errorf("policy %+v", np)
 	}
+	// Network all: everything but the cluster's own ranges (and the
+	// node, when its address is outside them), plus the cluster's DNS.
 	p.network = "all"
-	if np := networkPolicyFor(p, m); np != nil {
-		t.Errorf("policy for all: %+v", np)
+	np := networkPolicyFor(p, m, "203.0.113.9")
+	if len(np.Spec.Ingress) != 0 || len(np.Spec.Egress) != 2 || len(np.Spec.Egress[0].To) != 2 {
+		t.Fatalf("policy for all: %+v", np.Spec)
+	}
+	v4, v6 := np.Spec.Egress[0].To[0].IPBlock, np.Spec.Egress[0].To[1].IPBlock
+	ex4, ex6 := strings.Join(v4.Except, " "), strings.Join(v6.Except, " ")
+	for _, want := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8", "203.0.113.9/32"} {
+		if v4.CIDR != "0.0.0.0/0" || !strings.Contains(ex4, want) {
+			t.Errorf("all's IPv4 block %s except %s: lacks %s", v4.CIDR, ex4, want)
+		}
+	}
+	if v6.CIDR != "::/0" || !strings.Contains(ex6, "fc00::/7") || !strings.Contains(ex6, "fe80::/10") {
+		t.Errorf("all's IPv6 block %s except %s", v6.CIDR, ex6)
+	}
+	if dns := np.Spec.Egress[1]; len(dns.Ports) != 2 || dns.Ports[0].Port.IntValue() != 53 || dns.To[0].PodSelector.MatchLabels["k8s-app"] != "kube-dns" {
+		t.Errorf("all's DNS rule %+v", dns)
+	}
+	// A private node is excluded with its range; AllowPrivate opens the
+	// private ranges, never the node.
+	if ex := strings.Join(networkPolicyFor(p, m, "10.1.2.3").Spec.Egress[0].To[0].IPBlock.Except, " "); strings.Contains(ex, "10.1.2.3/32") || !strings.Contains(ex, "10.0.0.0/8") {
+		t.Errorf("private node: except %s", ex)
+	}
+	p.allowPrivate = true
+	if ex := strings.Join(networkPolicyFor(p, m, "10.1.2.3").Spec.Egress[0].To[0].IPBlock.Except, " "); !strings.Contains(ex, "10.1.2.3/32") || strings.Contains(ex, "10.0.0.0/8") || !strings.Contains(ex, "169.254.0.0/16") {
+		t.Errorf("AllowPrivate: except %s", ex)
 	}
 }
 
@@ -130,6 +155,11 @@ func TestPodFailure(t *testing.T) {
 	long := time.Now().Add(-time.Minute)
 	unsched := base()
 	unsched.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient memory."}}
+	unschedWith := func(msg string) *corev1.Pod {
+		p := base()
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}}
+		return p
+	}
 	oom := base()
 	oom.Status.Phase = corev1.PodFailed
 	oom.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
@@ -147,7 +177,10 @@ func TestPodFailure(t *testing.T) {
 	}{
 		{"never pull", waiting("ErrImageNeverPull", ""), long, "is not on the node node1 and ImagePullPolicy is Never", sberr.ErrInvalidConfig},
 		{"pull", waiting("ImagePullBackOff", "Back-off pulling image"), long, "could not be pulled (ImagePullBackOff: Back-off pulling image); load it", sberr.ErrInvalidConfig},
-		{"unschedulable", unsched, long, `the scheduler says "0/1 nodes are available: 1 Insufficient memory."`, sberr.ErrInvalidConfig},
+		{"full", unsched, long, `no node has room for the sandbox's pod now: the scheduler says "0/1 nodes are available: 1 Insufficient memory."`, sberr.ErrNoRoom},
+		{"full, elsewhere no match", unschedWith("0/3 nodes are available: 1 Too many pods, 2 node(s) didn't match Pod's node affinity/selector."), long, "no node has room", sberr.ErrNoRoom},
+		{"no match", unschedWith("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."), long, "no node can run the sandbox's pod", sberr.ErrInvalidConfig},
+		{"taint", unschedWith("0/1 nodes are available: 1 node(s) had untolerated taint {gpu: true}."), long, "no node can run the sandbox's pod", sberr.ErrInvalidConfig},
 		{"oom", oom, long, "out of memory (its limit of 512Mi, OOMKilled)", sberr.ErrUnavailable},
 		{"evicted", evicted, long, "evicted from its node: The node was low on resource: memory.", sberr.ErrUnavailable},
 		{"old agent", oldAgent, long, "looks older than this program", sberr.ErrUnavailable},

@@ -16,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
@@ -78,6 +80,10 @@ type plan struct {
 	workdir      string
 	network      string // none | all | allowlist
 	egress       []string
+	allowPrivate bool // network all may reach the private ranges
+	// verify: the cluster is not known to enforce NetworkPolicy; launch
+	// proves it does with this pod (see launchVerified) or refuses.
+	verify       bool
 	memory       int64
 	cpus         float64
 	runtimeClass string
@@ -89,7 +95,7 @@ type plan struct {
 
 // key identifies plans that make interchangeable pods.
 func (p *plan) key() string {
-	b, _ := json.Marshal([]any{p.c.key, p.c.namespace, p.image, p.pullPolicy, p.env, p.workdir, p.network, p.egress,
+	b, _ := json.Marshal([]any{p.c.key, p.c.namespace, p.image, p.pullPolicy, p.env, p.workdir, p.network, p.egress, p.allowPrivate,
 		p.memory, p.cpus, p.runtimeClass, p.nodeSelector, p.tolerations, p.prewarm, p.userns})
 	return string(b)
 }
@@ -354,12 +360,12 @@ func secretFor(p *plan, m meta, token string) (*corev1.Secret, error) {
 
 // networkPolicyFor is the sandbox's own policy: no ingress (the host
 // reaches the agent through port-forward, which enters the pod's loopback
-// and is not subject to NetworkPolicy), and egress to nothing ("none") or
-// to the allowed blocks ("allowlist"). nil for network "all".
-func networkPolicyFor(p *plan, m meta) *networkingv1.NetworkPolicy {
-	if p.network == "all" {
-		return nil
-	}
+// and is not subject to NetworkPolicy), and egress to nothing ("none"), to
+// the allowed blocks ("allowlist"), or ("all") to every address but those
+// egress.Unreachable lists — the cluster's pod and service ranges, other
+// sandboxes and the nodes among them when they are private, as they are
+// on local — and the node (hostIP, once known) plus the cluster's DNS.
+func networkPolicyFor(p *plan, m meta, hostIP string) *networkingv1.NetworkPolicy {
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: podName(m.id), Labels: map[string]string{labelCreatedBy: createdBy, labelID: m.id}},
 		Spec: networkingv1.NetworkPolicySpec{
@@ -369,7 +375,34 @@ func networkPolicyFor(p *plan, m meta) *networkingv1.NetworkPolicy {
 			Egress:      []networkingv1.NetworkPolicyEgressRule{},
 		},
 	}
-	if len(p.egress) > 0 {
+	switch {
+	case p.network == "all":
+		v4 := &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}
+		v6 := &networkingv1.IPBlock{CIDR: "::/0"}
+		except := egress.Unreachable(p.allowPrivate)
+		if ip, err := netip.ParseAddr(hostIP); err == nil && !covered(except, ip) {
+			except = append(except, netip.PrefixFrom(ip, ip.BitLen()))
+		}
+		for _, e := range except {
+			if e.Addr().Is4() {
+				v4.Except = append(v4.Except, e.String())
+			} else {
+				v6.Except = append(v6.Except, e.String())
+			}
+		}
+		udp, tcp, dns := corev1.ProtocolUDP, corev1.ProtocolTCP, intstr.FromInt32(53)
+		np.Spec.Egress = append(np.Spec.Egress,
+			networkingv1.NetworkPolicyEgressRule{To: []networkingv1.NetworkPolicyPeer{{IPBlock: v4}, {IPBlock: v6}}},
+			// Names resolve through the cluster's DNS, whose pods sit in
+			// the excluded ranges.
+			networkingv1.NetworkPolicyEgressRule{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+			})
+	case len(p.egress) > 0:
 		rule := networkingv1.NetworkPolicyEgressRule{}
 		for _, cidr := range p.egress {
 			rule.To = append(rule.To, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}})
@@ -377,6 +410,15 @@ func networkPolicyFor(p *plan, m meta) *networkingv1.NetworkPolicy {
 		np.Spec.Egress = append(np.Spec.Egress, rule)
 	}
 	return np
+}
+
+func covered(ps []netip.Prefix, ip netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // infoOf describes a sandbox from its pod.

@@ -12,17 +12,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
+	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
@@ -105,53 +108,51 @@ func (Variant) Environments(ctx context.Context, spec driver.Spec) ([]driver.Env
 	return out, nil
 }
 
-// network resolves the network policy, refusing what the cluster can't
-// enforce. The default is "none", as on every variant we launch: on a
-// cluster whose network plugin ignores NetworkPolicy that means Create
-// refuses until the user either asserts enforcement or asks for "all" —
-// never a sandbox that claims no network and has it.
-func (c *cluster) network(ctx context.Context, spec driver.Spec) (string, []string, error) {
-	policy := spec.Network
+// network resolves the network policy. Every policy is a NetworkPolicy
+// (all too: it keeps the sandbox from the cluster's own ranges, as local
+// keeps it from the host's), so every policy needs a cluster that enforces
+// them: known to (asserted, or a policy plugin's pods seen), proven to by
+// an earlier sandbox (verify false), or to be proven by this one's pod
+// (verify true: see launchVerified). A cluster proven not to is refused.
+// The default is "none", as on every variant we launch.
+func (c *cluster) network(ctx context.Context, spec driver.Spec) (policy string, egress []string, verify bool, err error) {
+	policy = spec.Network
 	if policy == "" {
 		policy = "none"
 	}
-	var egress []string
 	if len(spec.DeniedHosts) > 0 {
 		// A NetworkPolicy only allows: "everything but these" would be
 		// ipBlock excepts, which miss the named exceptions allowed hosts
 		// carry; refused rather than half-enforced.
-		return "", nil, fmt.Errorf("%w: DeniedHosts on the kubernetes variant: a NetworkPolicy can't deny addresses with allowed exceptions by name; use NetworkPolicy allowlist with AllowedHosts (CIDRs), or the local or docker variant", sberr.ErrNotSupported)
+		return "", nil, false, fmt.Errorf("%w: DeniedHosts on the kubernetes variant: a NetworkPolicy can't deny addresses with allowed exceptions by name; use NetworkPolicy allowlist with AllowedHosts (CIDRs), or the local or docker variant", sberr.ErrNotSupported)
 	}
 	switch policy {
-	case "all":
-		return "all", nil, nil
-	case "none":
+	case "all", "none":
 	case "allowlist":
-		var err error
 		if egress, err = egressPeers(spec.AllowedHosts); err != nil {
-			return "", nil, err
+			return "", nil, false, err
 		}
 	default:
-		return "", nil, fmt.Errorf("%w: network policy %q", sberr.ErrInvalidConfig, policy)
+		return "", nil, false, fmt.Errorf("%w: network policy %q", sberr.ErrInvalidConfig, policy)
 	}
 	opts, err := optionsOf(spec)
 	if err != nil {
-		return "", nil, err
+		return "", nil, false, err
 	}
-	if ok, why := c.policyEnforced(ctx, opts.NetworkPolicyEnforced); !ok {
-		what := "no network"
-		if policy == "allowlist" {
-			what = "egress only to AllowedHosts"
-		}
+	switch state, why := c.policyEnforced(ctx, opts.NetworkPolicyEnforced); state {
+	case enforced:
+		return policy, egress, false, nil
+	case unknown:
+		return policy, egress, true, nil
+	default:
 		defaulted := ""
 		if spec.Network == "" {
 			defaulted = " (the default)"
 		}
-		return "", nil, fmt.Errorf("%w: network policy %s%s gives the pod %s through a NetworkPolicy, but this cluster is not known to enforce NetworkPolicy (%s), so the sandbox would have full network access. "+
-			"If the cluster's network plugin does enforce NetworkPolicy, set kubernetes.Options.NetworkPolicyEnforced = true; to run with network access instead, set Config.NetworkPolicy = \"all\"",
-			sberr.ErrInvalidConfig, policy, defaulted, what, why)
+		return "", nil, false, fmt.Errorf("%w: network policy %s%s is a NetworkPolicy on the kubernetes variant, and this cluster does not enforce NetworkPolicy (%s), so the sandbox would reach %s. "+
+			"Install a network plugin that enforces NetworkPolicy (Calico, Cilium, kube-router's policy controller …); if it does enforce and the check is wrong, set kubernetes.Options.NetworkPolicyEnforced = true (serve and the CLI: %s=1)",
+			sberr.ErrInvalidConfig, policy, defaulted, why, map[string]string{"none": "the network", "allowlist": "more than AllowedHosts", "all": "the cluster's pods, services and nodes"}[policy], EnforcedEnv)
 	}
-	return policy, egress, nil
 }
 
 // planFor validates spec and resolves everything a pod needs. Nothing is
@@ -228,9 +229,10 @@ func planFor(ctx context.Context, spec driver.Spec) (*plan, error) {
 		return nil, err
 	}
 	p.c = c
-	if p.network, p.egress, err = c.network(ctx, spec); err != nil {
+	if p.network, p.egress, p.verify, err = c.network(ctx, spec); err != nil {
 		return nil, err
 	}
+	p.allowPrivate = spec.AllowPrivate
 	if len(spec.Packages) > 0 && p.network != "all" {
 		return nil, fmt.Errorf("%w: Packages are pip-installed inside the sandbox, which needs network to reach the package index; set NetworkPolicy all (or use an image that has them)", sberr.ErrInvalidConfig)
 	}
@@ -292,9 +294,9 @@ func (c *cluster) launch(ctx context.Context, p *plan, m meta) (inst *instance, 
 		return nil, apiError("creating the sandbox's secret", err, c.namespace)
 	}
 	made = true
-	if np := networkPolicyFor(p, m); np != nil {
+	if !p.verify {
 		// Before the pod, so that it never runs unconfined.
-		if _, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Create(cctx, np, metav1.CreateOptions{}); err != nil {
+		if _, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Create(cctx, networkPolicyFor(p, m, ""), metav1.CreateOptions{}); err != nil {
 			return nil, apiError("creating the sandbox's network policy", err, c.namespace)
 		}
 	}
@@ -304,7 +306,7 @@ func (c *cluster) launch(ctx context.Context, p *plan, m meta) (inst *instance, 
 	}
 	// The pod owns its Secret and NetworkPolicy, so the garbage collector
 	// removes them with it whoever deletes it.
-	c.adopt(cctx, pod, p.network != "all")
+	c.adopt(cctx, pod, !p.verify)
 	inst, err = newInstance(c, m.id, token)
 	if err != nil {
 		return nil, err
@@ -316,12 +318,72 @@ func (c *cluster) launch(ctx context.Context, p *plan, m meta) (inst *instance, 
 	if err != nil {
 		return inst, err
 	}
-	if p.network != "all" {
-		if err := inst.waitEnforced(ctx, ready.Status.HostIP, p.egress); err != nil {
+	hostIP := ready.Status.HostIP
+	if p.verify {
+		return inst, c.launchVerified(ctx, inst, p, m, pod, hostIP)
+	}
+	if ip, err := netip.ParseAddr(hostIP); p.network == "all" && err == nil && !covered(egress.Unreachable(p.allowPrivate), ip) {
+		// A node outside the excluded ranges (a public address): the
+		// policy excludes it too, now that the pod has one.
+		if err := c.replacePolicy(ctx, networkPolicyFor(p, m, hostIP)); err != nil {
 			return inst, err
 		}
 	}
+	if err := inst.waitEnforced(ctx, hostIP, p.egress); err != nil {
+		return inst, err
+	}
 	return inst, nil
+}
+
+// launchVerified proves, with the new sandbox's own pod, that the cluster
+// enforces NetworkPolicy when nothing said so (a policy plugin that runs
+// as a host daemon, as kube-router does on the project's test cluster): the
+// pod started with no policy, and only our agent runs in it, no user code
+// yet. The node's kubelet port answers it now; then its policy is created,
+// and it must stop answering within enforceTimeout. The verdict is kept
+// for the cluster (enforcementTTL); either way nothing is returned to the
+// caller before the policy holds.
+func (c *cluster) launchVerified(ctx context.Context, inst *instance, p *plan, m meta, pod *corev1.Pod, hostIP string) error {
+	ip, err := netip.ParseAddr(hostIP)
+	reached := false
+	if err == nil {
+		reached, err = inst.reaches(ctx, hostIP, kubeletPort)
+	}
+	if err != nil || !reached {
+		return fmt.Errorf("%w: this cluster is not known to enforce NetworkPolicy, and the sandbox's pod could not prove it does (it could not reach its node %q's kubelet port before its policy existed: %v); "+
+			"if the cluster's network plugin enforces NetworkPolicy, set kubernetes.Options.NetworkPolicyEnforced = true (serve and the CLI: %s=1); the sandbox was removed",
+			sberr.ErrInvalidConfig, hostIP, err, EnforcedEnv)
+	}
+	np := networkPolicyFor(p, m, hostIP)
+	np.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	if _, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Create(cctx, np, metav1.CreateOptions{}); err != nil {
+		return apiError("creating the sandbox's network policy", err, c.namespace)
+	}
+	if err := inst.waitEnforced(ctx, ip.String(), p.egress); err != nil {
+		if ctx.Err() == nil {
+			c.recordEnforcement(notEnforced, fmt.Sprintf("a sandbox's pod still reached its node's kubelet port %s after its NetworkPolicy was created", enforceTimeout))
+		}
+		return err
+	}
+	c.recordEnforcement(enforced, "a sandbox's pod reached its node's kubelet port until its NetworkPolicy was created, and not after")
+	return nil
+}
+
+// replacePolicy updates the sandbox's NetworkPolicy to np.
+func (c *cluster) replacePolicy(ctx context.Context, np *networkingv1.NetworkPolicy) error {
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	cur, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Get(cctx, np.Name, metav1.GetOptions{})
+	if err != nil {
+		return apiError("reading the sandbox's network policy", err, c.namespace)
+	}
+	cur.Spec = np.Spec
+	if _, err := c.cs.NetworkingV1().NetworkPolicies(c.namespace).Update(cctx, cur, metav1.UpdateOptions{}); err != nil {
+		return apiError("updating the sandbox's network policy", err, c.namespace)
+	}
+	return nil
 }
 
 // createPod creates the pod. A namespace made a moment ago has no default

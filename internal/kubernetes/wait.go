@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -33,6 +34,10 @@ const (
 	// pod's status to say it runs.
 	statusCatchUp = 2 * time.Second
 )
+
+// capacityRE matches the scheduler's reasons for a node being full (as
+// opposed to not matching the pod: selectors, taints, runtime class).
+var capacityRE = regexp.MustCompile(`\b(Insufficient [a-z./-]+|Too many pods)\b`)
 
 // loadHint tells how to get a sandbox's image into the cluster; env is the
 // environment it was made from ("" for kubernetes.Options.Image).
@@ -86,6 +91,13 @@ func podFailure(pod *corev1.Pod, since time.Time) error {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
 			if time.Since(since) < unschedulableGrace {
 				return nil
+			}
+			if capacityRE.MatchString(c.Message) {
+				// A node that would take the pod but is full: room may
+				// come (sandboxes end, a node is added), so the caller
+				// may retry (serve: 503 with Retry-After).
+				return fmt.Errorf("%w: no node has room for the sandbox's pod now: the scheduler says %q; retry later, free sandboxes, or lower Memory/CPU",
+					sberr.ErrNoRoom, clip(c.Message, 600))
 			}
 			return fmt.Errorf("%w: no node can run the sandbox's pod: the scheduler says %q; lower Memory/CPU, or fix kubernetes.Options.NodeSelector, Tolerations or RuntimeClassName",
 				sberr.ErrInvalidConfig, clip(c.Message, 600))

@@ -250,6 +250,9 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		stopSupervisor(cmd, dir, stopGrace) // it removes dir once the supervisor is gone
 		if err == nil {
 			err = errors.New(rep.Error)
+			if strings.Contains(rep.Error, isolate.HomeTooBig) {
+				err = fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, rep.Error)
+			}
 			if strings.Contains(rep.Error, "cgroup") && (spec.MemoryBytes == 0 || spec.Pids == 0) {
 				err = fmt.Errorf("%w (the default limits, memory %d MiB and pids %d, need a writable cgroup like any other; to run without them ask for Memory and Pids Unlimited (-1), --memory unlimited --pids unlimited in the CLI)", err, driver.DefaultMemoryBytes>>20, defaultPids)
 			}

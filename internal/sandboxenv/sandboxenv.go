@@ -30,6 +30,13 @@ func Env(user map[string]string) map[string]string {
 		"TMPDIR":  "/tmp",
 		// Figures render without a display; the kernel captures them as PNG.
 		"MPLBACKEND": "Agg",
+		// E2B's users run `pip install …` as a command. Debian marks its
+		// python externally managed (PEP 668), and pip then refuses even a
+		// package that is there. The system site is read-only to the
+		// sandbox user, so pip installs into the user's own site (~/.local),
+		// which harms no one else: as on E2B, it works. A venv's pip ignores
+		// the variable.
+		"PIP_BREAK_SYSTEM_PACKAGES": "1",
 	}
 	for k, v := range user {
 		env[k] = v

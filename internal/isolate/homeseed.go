@@ -1,0 +1,181 @@
+//go:build linux
+
+package isolate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// The sandbox's /home/user is a tmpfs of its own, size-bounded; with a
+// rootfs (an environment, an E2B template) it starts as a copy of the
+// rootfs's /home/user, as a sandbox of a template starts on E2B with what
+// the template's build left in its home (a cloned repository, pip install
+// --user, dotfiles). The rootfs is the build's output, so every byte of it
+// is hostile: it is walked by fd without following a symlink, each entry
+// recreated as what it is (a symlink stays a symlink, resolved inside the
+// sandbox later), special files left out, set-id bits dropped, and the
+// home's size bound holds — a home larger than it refuses the sandbox.
+
+// maxSeedDepth bounds the nesting of the directories copied.
+const maxSeedDepth = 128
+
+// openRootfsHome opens the rootfs's home/user, each component without
+// following a symlink; -1 when the rootfs has none.
+func openRootfsHome(rootfsFD int) (int, error) {
+	fd := rootfsFD
+	for i, name := range []string{"home", "user"} {
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if i > 0 {
+			unix.Close(fd)
+		}
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			return -1, nil
+		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+			return -1, fmt.Errorf("the environment's /home/user: /%s is not a directory (a symlink?); the sandbox's home is a copy of its /home/user", path.Join([]string{"home", "user"}[:i+1]...))
+		case err != nil:
+			return -1, fmt.Errorf("the environment's /home/user: %w", err)
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+type homeSeeder struct {
+	limit    int64 // the home's size bound, bytes (0: none)
+	used     int64
+	entries  int64
+	maxEntry int64
+}
+
+// tooBig says the environment's home doesn't fit the sandbox's.
+func (s *homeSeeder) tooBig(rel string) error {
+	return fmt.Errorf("the environment's /home/user %s (a %d MiB tmpfs; %s and what came before take more): give the sandbox a larger home (LocalConfig.HomeSize, or more Memory: the default home is half of it up to 1 GiB) or leave less in the environment's /home/user", HomeTooBig, s.limit>>20, rel)
+}
+
+// seedHome copies the directory src (an fd, closed here) into dst, the
+// sandbox's fresh home tmpfs, bounded by limit bytes.
+func seedHome(src int, dst string, limit int64) error {
+	s := &homeSeeder{limit: limit, maxEntry: TmpfsInodes(limit)}
+	return s.copyDir(src, dst, ".", 0)
+}
+
+// blocks is what n bytes take on a tmpfs: whole pages.
+func blocks(n int64) int64 { return (n + 4095) &^ 4095 }
+
+func (s *homeSeeder) charge(rel string, n int64) error {
+	s.used += blocks(n)
+	s.entries++
+	if (s.limit > 0 && s.used > s.limit) || (s.maxEntry > 0 && s.entries > s.maxEntry) {
+		return s.tooBig(rel)
+	}
+	return nil
+}
+
+func (s *homeSeeder) copyDir(src int, dst, rel string, depth int) error {
+	d := os.NewFile(uintptr(src), rel)
+	defer d.Close()
+	if depth > maxSeedDepth {
+		return fmt.Errorf("the environment's /home/user/%s: directories nested more than %d deep", rel, maxSeedDepth)
+	}
+	for {
+		names, err := d.Readdirnames(256)
+		for _, name := range names {
+			if err := s.copyEntry(src, name, filepath.Join(dst, name), path.Join(rel, name), depth); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(names) == 0) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("the environment's /home/user/%s: %w", rel, err)
+		}
+	}
+}
+
+func (s *homeSeeder) copyEntry(dir int, name, dst, rel string, depth int) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("the environment's /home/user/%s: %w", rel, err)
+	}
+	perm := uint32(st.Mode) & 0o777 // no set-id or sticky bits
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		if err := s.charge(rel, 4096); err != nil {
+			return err
+		}
+		sub, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return unreadable(rel, st.Mode, err)
+		}
+		// Writable by us while it fills; its own mode after.
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			unix.Close(sub)
+			return s.writeErr(rel, err)
+		}
+		if err := s.copyDir(sub, dst, rel, depth+1); err != nil {
+			return err
+		}
+		return os.Chmod(dst, os.FileMode(perm))
+	case unix.S_IFREG:
+		if err := s.charge(rel, st.Size); err != nil {
+			return err
+		}
+		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return unreadable(rel, st.Mode, err)
+		}
+		in := os.NewFile(uintptr(fd), rel)
+		defer in.Close()
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, os.FileMode(perm))
+		if err != nil {
+			return s.writeErr(rel, err)
+		}
+		// No more than the size charged: a file can't grow the copy past
+		// the bound by growing meanwhile.
+		_, err = io.Copy(out, io.LimitReader(in, st.Size))
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return s.writeErr(rel, err)
+		}
+		return os.Chmod(dst, os.FileMode(perm))
+	case unix.S_IFLNK:
+		if err := s.charge(rel, 0); err != nil {
+			return err
+		}
+		buf := make([]byte, unix.PathMax)
+		n, err := unix.Readlinkat(dir, name, buf)
+		if err != nil {
+			return fmt.Errorf("the environment's /home/user/%s: %w", rel, err)
+		}
+		if err := os.Symlink(string(buf[:n]), dst); err != nil {
+			return s.writeErr(rel, err)
+		}
+		return nil
+	}
+	return nil // devices, fifos, sockets: not a home's content
+}
+
+func unreadable(rel string, mode uint32, err error) error {
+	if errors.Is(err, unix.EACCES) {
+		return fmt.Errorf("the environment's /home/user/%s (mode %o) can't be read by the sandbox's user, who copies the home into every sandbox: make it readable by others (chmod o+r) in the environment", rel, mode&0o7777)
+	}
+	return fmt.Errorf("the environment's /home/user/%s: %w", rel, err)
+}
+
+func (s *homeSeeder) writeErr(rel string, err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return s.tooBig(rel)
+	}
+	return fmt.Errorf("copying the environment's /home/user/%s into the sandbox: %w", rel, err)
+}
