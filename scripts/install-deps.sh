@@ -9,7 +9,8 @@
 # for building environments, runsc (gVisor, Debian's 2022 build: isolation
 # gvisor on local and docker), and a Docker engine (docker.io: dockerd and the
 # docker CLI) for the docker variant's tests, which scripts/with-dockerd.sh
-# starts when none runs. Idempotent; quiet when all is there.
+# starts when none runs; chromium (headless) for the web console's browser tests
+# (internal/console). Idempotent; quiet when all is there.
 #
 # `install-deps.sh run` installs only what running a local sandbox needs (the
 # sandbox's python3): `make run` uses it, so a first run on a fresh machine
@@ -18,7 +19,7 @@ set -euo pipefail
 if [ "${1:-}" = run ]; then
   pkgs=(python3)
 else
-pkgs=(python3 python-is-python3 r-base-core python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-jupyter-server python3-pip bubblewrap mmdebstrap iproute2 runsc)
+pkgs=(python3 python-is-python3 chromium r-base-core python3-numpy python3-pandas python3-matplotlib python3-ipykernel python3-jupyter-client python3-jupyter-server python3-pip bubblewrap mmdebstrap iproute2 runsc)
 # node runs the javascript kernel and the official-SDK tests (e2e/e2bjs); any
 # node will do, Debian's nodejs only when there is none.
 command -v node >/dev/null || pkgs+=(nodejs)

@@ -41,6 +41,7 @@ func serveCmd() *cobra.Command {
 		templateLoopback                                              []int
 		templateUploadQuota                                           string
 		vols                                                          serveVolumes
+		webConsole                                                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -184,6 +185,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 				MaxSnapshots:           maxSnapshots,
 				MaxPaused:              maxPaused,
 				Logger:                 logger,
+				Console:                webConsole,
 			})
 			if err != nil {
 				return err
@@ -260,6 +262,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 	f.IntVar(&warmPool, "warm-pool", 0, "local variant: keep this many sandboxes started ahead for each shape of create that can use one (network none, no envVars, one team's memory and cpu), handed out in about a millisecond")
 	f.BoolVar(&keep, "keep-sandboxes", false, "leave the sandboxes this server created running when it stops")
 	f.BoolVar(&verbose, "verbose", false, "log every API call")
+	f.BoolVar(&webConsole, "console", true, "serve the web console at / (a team signs in with its API key; --console=false turns it off)")
 	f.StringArrayVar(&toolServers, "tool-server", nil, "NAME=COMMAND or NAME=URL: an MCP server (a command line serving stdio, split on spaces, or a streamable HTTP URL) whose tools a create request may grant its sandbox's code, with our body field \"tools\": [\"NAME\", \"NAME.tool\"] or metadata code-sandboxes/tools=NAME (docs/agent-protocol.md); repeatable")
 	return cmd
 }

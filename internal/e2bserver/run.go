@@ -14,7 +14,7 @@ import (
 // keep is set.
 func (s *Server) Run(ctx context.Context, ln net.Listener, keep bool) error {
 	hs := &http.Server{
-		Handler: s,
+		Handler: s.front,
 		// No read or write timeouts: NDJSON executions, Connect streams and
 		// uploads legitimately last long; the header timeout stops slowloris.
 		ReadHeaderTimeout: 10 * time.Second,

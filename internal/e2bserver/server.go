@@ -192,6 +192,9 @@ type Options struct {
 	// the create body, "tools": ["set", "set.tool", …], or the metadata
 	// key ToolsMetadataKey (docs/agent-protocol.md).
 	ToolSets map[string][]sandboxes.Tool
+	// Console serves the web console (internal/console) at / and
+	// /console/ on the listener (serve --console).
+	Console bool
 }
 
 // ToolsMetadataKey is the create request's metadata key that grants tool
@@ -228,6 +231,7 @@ type Server struct {
 	keys   []Key
 
 	toolSets map[string][]sandboxes.Tool
+	front    http.Handler // what the listener serves: s, maybe behind the console (console.go)
 
 	mu        sync.Mutex
 	sandboxes map[string]*entry // the live sandboxes we created or adopted
@@ -366,6 +370,7 @@ func New(o Options) (*Server, error) {
 		// Said once at start: the operator chose it, the log shows it.
 		s.log.Warn("secure: false is allowed (" + insecureFlag + "): the envd of a sandbox created so answers anyone who reaches this server and knows its id, without a token")
 	}
+	s.front = s.withConsole(o.Console)
 	return s, nil
 }
 
