@@ -3,6 +3,9 @@ GO      ?= go
 BIN     := bin/code-sandboxes
 LDFLAGS := -s -w -X main.version=$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 export CGO_ENABLED := 0
+# The console's browser test saves a screenshot of each page here: CI's
+# artifact, looked at, not only asserted.
+export CONSOLE_SCREENSHOTS ?= $(CURDIR)/artifacts/console
 
 .PHONY: all build deps test test-short fuzz vet lint bench run generate clean
 
