@@ -81,7 +81,11 @@ func (i *instance) run(ctx context.Context, k *kctx, kc *kernelConn, code string
 	var o outcome
 	w, stop, err := kc.request(ctx, "shell", "execute_request", map[string]any{
 		"code": code, "silent": false, "store_history": true, "user_expressions": map[string]any{},
-		"allow_stdin": false, "stop_on_error": true,
+		// stop_on_error would make the kernel abort the requests that
+		// reach it just after an error (a notebook's queued cells): ours
+		// come one at a time, and the next one, sent right after an
+		// interrupt's KeyboardInterrupt, came back aborted and empty.
+		"allow_stdin": false, "stop_on_error": false,
 	})
 	if err != nil {
 		return o, err
@@ -131,10 +135,15 @@ func (i *instance) run(ctx context.Context, k *kctx, kc *kernelConn, code string
 		case "execute_reply":
 			gotReply = true
 			var c struct {
-				Count int `json:"execution_count"`
+				Count  int    `json:"execution_count"`
+				Status string `json:"status"`
 			}
 			_ = json.Unmarshal(m.Content, &c)
 			o.count = c.Count
+			if c.Status == "aborted" {
+				// Never an empty success: the code did not run.
+				err = emit(line{"type": "error", "name": "ExecutionAborted", "value": "the kernel aborted the execution without running it (after an error in an earlier one); run it again", "traceback": []string{}})
+			}
 		case "status":
 			var c struct {
 				State string `json:"execution_state"`
