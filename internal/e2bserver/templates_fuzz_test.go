@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,7 +81,9 @@ func FuzzTemplateBuildBody(f *testing.F) {
 				t.Fatalf("step %d copies from %q, outside the team's uploads %s", i, c.Archive, filesDir)
 			}
 		}
-		if body.FromImage != "" && !strings.Contains(body.FromImage, "e2bdev/") && spec.Base.Image != body.FromImage ||
+		// An image names itself as the base, except E2B's own base images
+		// (builtinBases: "base", "e2bdev/…"), which are our environments.
+		if body.FromImage != "" && !slices.Contains(builtinBases, body.FromImage) && !strings.Contains(body.FromImage, "e2bdev/") && spec.Base.Image != body.FromImage ||
 			spec.Base.Image != "" && spec.Base.Environment != "" {
 			t.Fatalf("base %+v for fromImage %q fromTemplate %q", spec.Base, body.FromImage, body.FromTemplate)
 		}
