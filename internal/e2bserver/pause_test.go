@@ -12,6 +12,11 @@ import (
 // API (as the server's own config reaches it) and returns its text; any
 // error fails the test.
 func runner(ctx context.Context, t *testing.T, s *Server, id string) func(code string) string {
+	return runnerOf(ctx, t, s, id, (*sandboxes.Execution).Text)
+}
+
+// runnerOf is runner, returning what out takes from the execution.
+func runnerOf(ctx context.Context, t *testing.T, s *Server, id string, out func(*sandboxes.Execution) string) func(code string) string {
 	return func(code string) string {
 		t.Helper()
 		sb, err := sandboxes.Get(ctx, s.cfg, id)
@@ -23,7 +28,7 @@ func runner(ctx context.Context, t *testing.T, s *Server, id string) func(code s
 		if err != nil || ex.Error != nil {
 			t.Fatalf("%s: %v %v", code, err, ex.Error)
 		}
-		return ex.Text()
+		return out(ex)
 	}
 }
 

@@ -56,19 +56,23 @@ func newVolume(t *testing.T, base, key, name string) volumeAndToken {
 // stdoutRunner runs Python in sandbox id through the Go API and returns
 // what it printed; an error fails the test.
 func stdoutRunner(ctx context.Context, t *testing.T, s *Server, id string) func(code string) string {
-	return func(code string) string {
-		t.Helper()
-		sb, err := sandboxes.Get(ctx, s.cfg, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sb.Detach()
-		ex, err := sb.RunCode(ctx, code)
-		if err != nil || ex.Error != nil {
-			t.Fatalf("%s: %v %v", code, err, ex.Error)
-		}
-		return ex.Stdout()
-	}
+	return runnerOf(ctx, t, s, id, (*sandboxes.Execution).Stdout)
+}
+
+// fillVolume is Python that writes 64 MiB to path and prints whether the
+// write stopped with ENOSPC ("errno True") or went through ("wrote all").
+func fillVolume(path string) string {
+	return `
+import errno
+try:
+    with open("` + path + `", "wb") as f:
+        for _ in range(64):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+    print("wrote all")
+except OSError as e:
+    print("errno", e.errno == errno.ENOSPC)
+`
 }
 
 // content calls the volume content API with the volume's token.
@@ -216,17 +220,7 @@ func TestVolumeSizeBound(t *testing.T) {
 	sb := createSB(t, base, testKey, `{"templateID":"base","volumeMounts":[{"name":"small","path":"/mnt/v"}]}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	got := stdoutRunner(ctx, t, s, sb.SandboxID)(`
-import errno
-try:
-    with open("/mnt/v/big", "wb") as f:
-        for _ in range(64):
-            f.write(b"x" * (1 << 20))
-            f.flush()
-    print("wrote all")
-except OSError as e:
-    print("errno", e.errno == errno.ENOSPC)
-`)
+	got := stdoutRunner(ctx, t, s, sb.SandboxID)(fillVolume("/mnt/v/big"))
 	if strings.TrimSpace(got) != "errno True" {
 		t.Fatalf("a 64 MiB write in a 32 MiB volume: %q", got)
 	}
@@ -427,17 +421,7 @@ func TestVolumeDockerVariant(t *testing.T) {
 	if st, body := content(t, base, "GET", v.VolumeID, "file", "/f", v.Token, nil); st != 200 || string(body) != "docker a b" {
 		t.Fatalf("content: %d %q", st, body)
 	}
-	got := stdoutRunner(ctx, t, s, a.SandboxID)(`
-import errno
-try:
-    with open("/mnt/d/big", "wb") as f:
-        for _ in range(64):
-            f.write(b"x" * (1 << 20))
-            f.flush()
-    print("wrote all")
-except OSError as e:
-    print("errno", e.errno == errno.ENOSPC)
-`)
+	got := stdoutRunner(ctx, t, s, a.SandboxID)(fillVolume("/mnt/d/big"))
 	if strings.TrimSpace(got) != "errno True" {
 		t.Fatalf("a 64 MiB write in a 32 MiB volume: %q", got)
 	}
