@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,7 +32,7 @@ func TestLocalKernelBytecodeInstalled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rt := ownRuntimeDir(t, "cs-pool-")
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}}
 	const code = `import glob, hashlib, os
 fs = glob.glob(os.path.expanduser("~/.cache/code-sandboxes/kernel/__pycache__/*.pyc"))
 " ".join(hashlib.sha256(open(f, "rb").read()).hexdigest() for f in fs)`

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
-// TestLocalHomeSize: LocalConfig.HomeSize sizes /home/user beyond the
+// TestLocalHomeSize: local.Options.HomeSize sizes /home/user beyond the
 // default (a 2 GiB file needs it), and is refused above half the memory
 // limit, which its pages count against.
 func TestLocalHomeSize(t *testing.T) {
@@ -20,7 +21,7 @@ func TestLocalHomeSize(t *testing.T) {
 	defer cancel()
 	cfg := localConfig(t)
 	cfg.Memory = 512 << 20
-	cfg.Local.HomeSize = 300 << 20
+	cfg.Options = local.Options{RuntimeDir: cfg.Options.(local.Options).RuntimeDir, HomeSize: 300 << 20}
 	if sb, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
 		if sb != nil {
 			sb.Close()
@@ -28,7 +29,7 @@ func TestLocalHomeSize(t *testing.T) {
 		t.Fatalf("HomeSize above half the memory limit: %v, want ErrInvalidConfig", err)
 	}
 	cfg.Memory = 3 << 30
-	cfg.Local.HomeSize = 1536 << 20
+	cfg.Options = local.Options{RuntimeDir: cfg.Options.(local.Options).RuntimeDir, HomeSize: 1536 << 20}
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ func giveUpAndCheck(t *testing.T, cfg sandboxes.Config) {
 	pidFile := filepath.Join(t.TempDir(), "agent.pid")
 	t.Setenv(local.ShimStallEnv, pidFile)
 	rt := ownRuntimeDir(t, "cs-givenup-")
-	cfg.Local.RuntimeDir = rt
+	setLocal(&cfg, func(o *local.Options) { o.RuntimeDir = rt })
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {

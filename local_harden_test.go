@@ -95,7 +95,7 @@ func TestLocalFailsClosedWithoutCgroup(t *testing.T) {
 }
 
 func failsClosed(t *testing.T, rt string) {
-	base := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	base := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, c := range []struct {
@@ -209,9 +209,9 @@ func TestLocalHostUIDAcrossRuntimeDirs(t *testing.T) {
 		t.Skip("as an ordinary user every sandbox maps to the caller's own uid")
 	}
 	rt1, rt2 := ownRuntimeDir(t, "cs-runtime-a-"), ownRuntimeDir(t, "cs-runtime-b-")
-	a := newLocal(t, func(c *sandboxes.Config) { c.Local.RuntimeDir = rt1 })
+	a := newLocal(t, func(c *sandboxes.Config) { setLocal(c, func(o *local.Options) { o.RuntimeDir = rt1 }) })
 	defer a.Close()
-	b := newLocal(t, func(c *sandboxes.Config) { c.Local.RuntimeDir = rt2 })
+	b := newLocal(t, func(c *sandboxes.Config) { setLocal(c, func(o *local.Options) { o.RuntimeDir = rt2 }) })
 	defer b.Close()
 	ua, ub := hostUIDIn(t, rt1, a), hostUIDIn(t, rt2, b)
 	if ua == ub {

@@ -41,7 +41,7 @@ func TestLocalInitBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rt := ownRuntimeDir(t, "cs-init-")
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}}
 	t.Setenv(local.SandboxBinaryEnv, bin)
 
 	// Built with a umask of 002 (Debian's default for users): both

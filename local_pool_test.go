@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -96,20 +97,20 @@ func TestLocalWarmPool(t *testing.T) {
 	rt := ownRuntimeDir(t, "cs-pool-")
 	const mem = 300 << 20
 	cfg := sandboxes.Config{Variant: "local", Memory: mem, MaxLifetime: 10 * time.Minute,
-		Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 2}}
+		Options: local.Options{RuntimeDir: rt, WarmPool: 2}}
 	closed := false
 	t.Cleanup(func() {
 		if !closed {
-			sandboxes.CloseLocalWarmPools(context.Background())
+			local.CloseWarmPools(context.Background())
 		}
 	})
-	before := sandboxes.LocalWarmPoolStats()
+	before := local.WarmPoolStats()
 	first, err := sandboxes.Create(ctx, cfg) // a miss: it starts the pool
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	waitFor(t, "two pool sandboxes ready", func() bool { return sandboxes.LocalWarmPoolStats().Ready >= 2 })
+	waitFor(t, "two pool sandboxes ready", func() bool { return local.WarmPoolStats().Ready >= 2 })
 	// Waiting pool sandboxes are nobody's: List shows the caller's only.
 	if l, err := sandboxes.List(ctx, cfg, sandboxes.ListOptions{}); err != nil || len(l) != 1 {
 		t.Fatalf("List with two pool sandboxes waiting: %v, %v (want just the first sandbox)", l, err)
@@ -125,7 +126,7 @@ func TestLocalWarmPool(t *testing.T) {
 		defer sb.Close()
 		got = append(got, sb)
 	}
-	after := sandboxes.LocalWarmPoolStats()
+	after := local.WarmPoolStats()
 	if hits := after.Hits - before.Hits; hits != 2 {
 		t.Fatalf("pool hits = %d, want 2 (stats %+v)", hits, after)
 	}
@@ -210,7 +211,7 @@ func TestLocalWarmPool(t *testing.T) {
 	// Another shape (an environment variable is fixed at start) starts cold.
 	c := cfg
 	c.Env = map[string]string{"POOL_TEST": "cold"}
-	hitsBefore := sandboxes.LocalWarmPoolStats().Hits
+	hitsBefore := local.WarmPoolStats().Hits
 	cold, err := sandboxes.Create(ctx, c)
 	if err != nil {
 		t.Fatal(err)
@@ -219,19 +220,19 @@ func TestLocalWarmPool(t *testing.T) {
 	if ex, err := cold.RunCode(ctx, "import os; os.environ['POOL_TEST']"); err != nil || ex.Text() != "cold" {
 		t.Fatalf("env of the cold sandbox: %v %v", ex, err)
 	}
-	if h := sandboxes.LocalWarmPoolStats().Hits; h != hitsBefore {
+	if h := local.WarmPoolStats().Hits; h != hitsBefore {
 		t.Fatalf("a Create of another shape was served from the pool")
 	}
 	// Closing the pools ends the waiting sandboxes, not the claimed ones.
-	waitFor(t, "the pool refilled", func() bool { return sandboxes.LocalWarmPoolStats().Ready >= 2 })
-	sandboxes.CloseLocalWarmPools(ctx)
+	waitFor(t, "the pool refilled", func() bool { return local.WarmPoolStats().Ready >= 2 })
+	local.CloseWarmPools(ctx)
 	closed = true
-	if s := sandboxes.LocalWarmPoolStats(); s.Ready != 0 || s.Starting != 0 {
-		t.Fatalf("after CloseLocalWarmPools: %+v", s)
+	if s := local.WarmPoolStats(); s.Ready != 0 || s.Starting != 0 {
+		t.Fatalf("after local.CloseWarmPools: %+v", s)
 	}
 	for _, r := range poolRecords(t, rt) {
 		if r.Pool {
-			t.Fatalf("pool sandbox %s left after CloseLocalWarmPools", r.ID)
+			t.Fatalf("pool sandbox %s left after local.CloseWarmPools", r.ID)
 		}
 	}
 	if n := dirsIn(rt); n != 4 {
@@ -299,14 +300,14 @@ func TestLocalWarmPoolOwnerKilled(t *testing.T) {
 // says so and waits to be killed.
 func poolOwner(rt string) {
 	ctx := context.Background()
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 2}}
+	cfg := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt, WarmPool: 2}}
 	sb, err := sandboxes.Create(ctx, cfg)
 	if err != nil {
 		fmt.Println("create:", err)
 		os.Exit(1)
 	}
 	_ = sb.Close()
-	for sandboxes.LocalWarmPoolStats().Ready < 2 {
+	for local.WarmPoolStats().Ready < 2 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fmt.Println("pool ready")

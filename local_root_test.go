@@ -2,6 +2,7 @@ package sandboxes_test
 
 import (
 	"context"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func TestLocalWritableRootAndRoot(t *testing.T) {
 	}
 }
 
-// TestLocalNoRootUser: LocalConfig.NoRootUser leaves the root user out of a
+// TestLocalNoRootUser: local.Options.NoRootUser leaves the root user out of a
 // root caller's sandbox: no broker process, no sudo of ours, no root-owned
 // directory of the broker's; the sandbox's user works as before. A warm
 // pool of sandboxes with a root user, same shape otherwise, must not serve
@@ -79,23 +80,23 @@ func TestLocalNoRootUser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rt := ownRuntimeDir(t, "cs-pool-")
-	t.Cleanup(func() { sandboxes.CloseLocalWarmPools(context.Background()) })
-	withRoot := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt, WarmPool: 1}}
+	t.Cleanup(func() { local.CloseWarmPools(context.Background()) })
+	withRoot := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt, WarmPool: 1}}
 	first, err := sandboxes.Create(ctx, withRoot) // a miss: it starts the pool
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer first.Close()
-	waitFor(t, "a pool sandbox ready", func() bool { return sandboxes.LocalWarmPoolStats().Ready >= 1 })
+	waitFor(t, "a pool sandbox ready", func() bool { return local.WarmPoolStats().Ready >= 1 })
 	noRoot := withRoot
-	noRoot.Local.NoRootUser = true
-	hits := sandboxes.LocalWarmPoolStats().Hits
+	noRoot.Options = local.Options{RuntimeDir: rt, WarmPool: 1, NoRootUser: true}
+	hits := local.WarmPoolStats().Hits
 	sb, err := sandboxes.Create(ctx, noRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	if got := sandboxes.LocalWarmPoolStats().Hits - hits; got != 0 {
+	if got := local.WarmPoolStats().Hits - hits; got != 0 {
 		t.Errorf("a NoRootUser Create was served %d time(s) from the pool of sandboxes with a root user", got)
 	}
 	const probe = "sudo -n id -u >/dev/null 2>&1 && echo sudo yes || echo sudo no; test -e /.code-sandboxes; echo dir $?; " +

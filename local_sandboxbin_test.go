@@ -37,7 +37,7 @@ func TestLocalSandboxBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rt := ownRuntimeDir(t, "cs-pool-")
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}}
 
 	t.Setenv(local.SandboxBinaryEnv, bin)
 	sb, err := sandboxes.Create(ctx, cfg)
@@ -71,14 +71,14 @@ func TestLocalSandboxBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The same through LocalConfig.SandboxBinary, which wins over the
+	// The same through local.Options.SandboxBinary, which wins over the
 	// environment.
 	t.Setenv(local.SandboxBinaryEnv, script)
 	ocfg := cfg
-	ocfg.Local.SandboxBinary = bin
+	setLocal(&ocfg, func(o *local.Options) { o.SandboxBinary = bin })
 	sb, err = sandboxes.Create(ctx, ocfg)
 	if err != nil {
-		t.Fatalf("Create with LocalConfig.SandboxBinary: %v", err)
+		t.Fatalf("Create with local.Options.SandboxBinary: %v", err)
 	}
 	if recs := poolRecords(t, rt); len(recs) != 1 {
 		t.Errorf("%d records", len(recs))
@@ -89,12 +89,12 @@ func TestLocalSandboxBinary(t *testing.T) {
 		t.Error(err)
 	}
 	t.Setenv(local.SandboxBinaryEnv, "")
-	ocfg.Local.SandboxBinary = script
+	setLocal(&ocfg, func(o *local.Options) { o.SandboxBinary = script })
 	if sb, err := sandboxes.Create(ctx, ocfg); err == nil {
 		sb.Close()
-		t.Errorf("LocalConfig.SandboxBinary=%s: Create worked", script)
-	} else if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "LocalConfig.SandboxBinary") || !strings.Contains(err.Error(), "rebuild") {
-		t.Errorf("LocalConfig.SandboxBinary=%s: %v, want ErrInvalidConfig naming it and saying to rebuild", script, err)
+		t.Errorf("local.Options.SandboxBinary=%s: Create worked", script)
+	} else if !errors.Is(err, sandboxes.ErrInvalidConfig) || !strings.Contains(err.Error(), "local.Options.SandboxBinary") || !strings.Contains(err.Error(), "rebuild") {
+		t.Errorf("local.Options.SandboxBinary=%s: %v, want ErrInvalidConfig naming it and saying to rebuild", script, err)
 	}
 	huge := filepath.Join(dir, "huge")
 	if err := os.WriteFile(huge, []byte("#!/bin/sh\nexec head -c 10000000 /dev/zero\n"), 0o755); err != nil {

@@ -5,6 +5,7 @@ package sandboxes_test
 import (
 	"context"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ func TestLocalScaleLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rt := ownRuntimeDir(t, "cs-pool-")
-	cfg := sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}}
 	sbs := make([]*sandboxes.Sandbox, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -256,7 +257,7 @@ func procState(pid int) (string, int) {
 func oneLocalSandbox(ctx context.Context, t *testing.T) (*sandboxes.Sandbox, poolRecord) {
 	t.Helper()
 	rt := ownRuntimeDir(t, "cs-pool-")
-	sb, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}})
+	sb, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}})
 	if err != nil {
 		t.Fatal(err)
 	}

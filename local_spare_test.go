@@ -53,7 +53,7 @@ func TestLocalSpareSupervisor(t *testing.T) {
 	t.Setenv(local.SpareSupervisorEnv, "1")
 	ctx := context.Background()
 	rt := ownRuntimeDir(t, "cs-pool-")
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	for i := range 2 {
 		sb, err := sandboxes.Create(ctx, cfg)
 		if err != nil {
@@ -101,9 +101,9 @@ func TestLocalSpareSupervisor(t *testing.T) {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", taken))
 		return err != nil && dirsIn(rt) == 0
 	})
-	// CloseLocalWarmPools ends the spares too: nothing of ours runs after.
-	sandboxes.CloseLocalWarmPools(ctx)
-	waitFor(t, "no spare supervisor left after CloseLocalWarmPools", func() bool { return len(spareShims(t)) == 0 })
+	// local.CloseWarmPools ends the spares too: nothing of ours runs after.
+	local.ClosePools(ctx)
+	waitFor(t, "no spare supervisor left after local.CloseWarmPools", func() bool { return len(spareShims(t)) == 0 })
 }
 
 // TestLocalSpareEndsWithCaller: a spare supervisor ends with the process
@@ -144,7 +144,7 @@ func TestLocalSpareEndsWithCaller(t *testing.T) {
 // spareOwner creates three sandboxes in rt and closes them, prints its
 // spare supervisors' pids and waits to be killed.
 func spareOwner(t *testing.T, rt string) {
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	for range 3 {
 		sb, err := sandboxes.Create(context.Background(), cfg)
 		if err != nil {

@@ -22,9 +22,17 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
+// setLocal changes cfg's local options (the variant's own type, which
+// Create takes as they are).
+func setLocal(cfg *sandboxes.Config, f func(*local.Options)) {
+	o, _ := cfg.Options.(local.Options)
+	f(&o)
+	cfg.Options = o
+}
+
 func localConfig(t *testing.T) sandboxes.Config {
 	t.Helper()
-	return sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir(t)}}
+	return sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: runtimeDir(t)}}
 }
 
 var sharedRuntime string

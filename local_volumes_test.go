@@ -3,6 +3,7 @@ package sandboxes_test
 import (
 	"context"
 	"errors"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +64,7 @@ func TestVolumeMountRefused(t *testing.T) {
 		{{Source: link, Path: "/mnt/a"}},
 		{{Source: filepath.Join(dir, "missing"), Path: "/mnt/a"}},
 	} {
-		cfg := sandboxes.Config{Volumes: v, Local: sandboxes.LocalConfig{RuntimeDir: t.TempDir()}}
+		cfg := sandboxes.Config{Volumes: v, Options: local.Options{RuntimeDir: t.TempDir()}}
 		sb, err := sandboxes.Create(ctx, cfg)
 		if err == nil {
 			_ = sb.Close()
@@ -110,7 +111,7 @@ func TestLocalVolumeMountRootfs(t *testing.T) {
 	// A runtime directory of its own: the failed sandbox's supervisor
 	// removes its directory as it exits, which may be after this test.
 	rt := t.TempDir()
-	cfg.Local.RuntimeDir = rt
+	cfg.Options = local.Options{RuntimeDir: rt}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if sb, err := sandboxes.Create(ctx, cfg); err == nil {

@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
-	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -195,29 +194,21 @@ type Config struct {
 	// Sandbox.RegisterTools): its code calls them with import tools.
 	Tools []Tool
 
-	// Local holds the settings of the local variant, the embedded default
-	// (other variants ignore it).
-	Local LocalConfig
-	// Options are the settings of another variant, of the type its package
-	// defines: docker.Options, kubernetes.Options, e2b.Options (import the
-	// package to add its variant). nil = the variant's defaults.
+	// Options are the variant's settings, of the type its package
+	// defines: local.Options, docker.Options, kubernetes.Options,
+	// e2b.Options (import the package to add its variant). nil = the
+	// variant's defaults.
 	Options any
 }
 
-// LocalConfig holds settings of the local variant: RuntimeDir (where its
-// records and sockets live; programs that must not see or Kill each
-// other's sandboxes give each its own), Python, WarmPool, HomeSize and
-// SandboxBinary (a lean binary, cmd/code-sandboxes-sandbox, to run the
-// sandbox's own processes; see UseLocalSandboxBinaryBeside).
-type LocalConfig = local.Options
-
-// Variants lists the registered variant names: local, and those whose
-// packages the program imports.
+// Variants lists the registered variant names: those whose packages the
+// program imports.
 func Variants() []string { return driver.Names() }
 
 // variantPackages are this module's variant packages, named in the error
 // for a variant the program didn't import.
 var variantPackages = map[string]string{
+	"local":      "github.com/code-sandboxes/code-sandboxes/local",
 	"docker":     "github.com/code-sandboxes/code-sandboxes/docker",
 	"kubernetes": "github.com/code-sandboxes/code-sandboxes/kubernetes",
 	"e2b":        "github.com/code-sandboxes/code-sandboxes/e2b",
@@ -265,14 +256,6 @@ func (c Config) spec() (driver.Spec, error) {
 	}
 	if s.Variant == "" {
 		s.Variant = "local"
-	}
-	// Local is the embedded variant's settings: other variants ignore it
-	// (a Config is often shared across variants, as serve's is).
-	switch {
-	case s.Variant == "local" && c.Options == nil:
-		s.Options = c.Local
-	case s.Variant == "local" && c.Local != (LocalConfig{}):
-		return bad("give the local variant's settings in Local or in Options, not both")
 	}
 	if s.Lifetime == 0 {
 		s.Lifetime = 24 * time.Hour

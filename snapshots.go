@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 )
 
 // SnapshotInfo describes a snapshot kept by Sandbox.Snapshot.
@@ -19,19 +19,17 @@ type SnapshotInfo struct {
 // ListSnapshots lists the snapshots of cfg's variant, oldest first. Only
 // the local variant keeps snapshots; the others answer ErrNotSupported.
 func ListSnapshots(ctx context.Context, cfg Config) ([]SnapshotInfo, error) {
-	if err := snapshotVariant(cfg); err != nil {
+	st, spec, err := snapshotStore(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	l, err := local.ListSnapshots()
+	l, err := st.ListSnapshots(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]SnapshotInfo, 0, len(l))
 	for _, s := range l {
-		out = append(out, SnapshotInfo{Name: s.Name, From: s.From, CreatedAt: s.CreatedAt, Size: s.Size})
+		out = append(out, SnapshotInfo(s))
 	}
 	return out, nil
 }
@@ -39,18 +37,21 @@ func ListSnapshots(ctx context.Context, cfg Config) ([]SnapshotInfo, error) {
 // DeleteSnapshot removes the snapshot name (sandboxes forked from it run
 // on: each has its own state). ErrNotFound if there is none.
 func DeleteSnapshot(ctx context.Context, cfg Config, name string) error {
-	if err := snapshotVariant(cfg); err != nil {
+	st, spec, err := snapshotStore(cfg)
+	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return local.DeleteSnapshot(name)
+	return st.DeleteSnapshot(ctx, spec, name)
 }
 
-func snapshotVariant(cfg Config) error {
-	if v := NormalizeVariant(cfg.Variant); v != "" && v != "local" {
-		return fmt.Errorf("snapshots: %w (%s): %s", ErrNotSupported, v, pauseRefusal(v))
+func snapshotStore(cfg Config) (driver.SnapshotStore, driver.Spec, error) {
+	v, spec, err := cfg.variant()
+	if err != nil {
+		return nil, spec, err
 	}
-	return nil
+	st, ok := v.(driver.SnapshotStore)
+	if !ok {
+		return nil, spec, fmt.Errorf("snapshots: %w (%s): %s", ErrNotSupported, v.Name(), pauseRefusal(v.Name()))
+	}
+	return st, spec, nil
 }

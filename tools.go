@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 
-	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
+	"github.com/code-sandboxes/code-sandboxes/internal/toolproto"
 )
 
 // ToolFunc runs a tool on the host. args is the JSON object of the keyword
@@ -43,14 +43,14 @@ type Tool struct {
 }
 
 // DefaultToolTimeout bounds one tool call when Tool.Timeout is 0.
-const DefaultToolTimeout = agent.DefaultToolTimeout
+const DefaultToolTimeout = toolproto.DefaultToolTimeout
 
 // Bounds on tool calls, enforced by the agent in the sandbox.
 const (
-	MaxToolArgBytes    = agent.MaxToolArgBytes    // one call's arguments, as JSON
-	MaxToolResultBytes = agent.MaxToolResultBytes // one call's result, as JSON
-	MaxToolCalls       = agent.MaxToolCalls       // calls in progress at once; more are refused
-	MaxTools           = agent.MaxTools           // tools per sandbox
+	MaxToolArgBytes    = toolproto.MaxToolArgBytes    // one call's arguments, as JSON
+	MaxToolResultBytes = toolproto.MaxToolResultBytes // one call's result, as JSON
+	MaxToolCalls       = toolproto.MaxToolCalls       // calls in progress at once; more are refused
+	MaxTools           = toolproto.MaxTools           // tools per sandbox
 )
 
 // NewTool builds a Tool from a typed function: the input schema is inferred
@@ -82,7 +82,7 @@ type preparedTool struct {
 }
 
 func prepareTool(t Tool) (preparedTool, error) {
-	if err := agent.CheckToolName(t.Name); err != nil {
+	if err := toolproto.CheckToolName(t.Name); err != nil {
 		return preparedTool{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
 	if t.Func == nil {

@@ -19,7 +19,7 @@ var abBins = flag.String("ab", "", "A/B two sandbox binaries (comma-separated ab
 
 var abEnvB = flag.String("ab-b-env", "", "with -ab: KEY=VALUE set in this program's environment for B's starts only (e.g. CODE_SANDBOXES_EARLY_KERNEL=1, with the same binary as A and B)")
 
-var abNoRootB = flag.Bool("ab-b-noroot", false, "with -ab: B's sandboxes without the root user (LocalConfig.NoRootUser), e.g. to see what the root user costs with the same binary as A and B")
+var abNoRootB = flag.Bool("ab-b-noroot", false, "with -ab: B's sandboxes without the root user (local.Options.NoRootUser), e.g. to see what the root user costs with the same binary as A and B")
 
 var abRTT = flag.Bool("ab-rtt", false, "with -ab: instead of cold starts, one warm sandbox of each binary and -rtt round trips of x + 2 on each, in alternating blocks of 100 (A B / B A), with the sandbox's CPU and thread wake-ups per round trip (the wake-ups don't move with the machine's load or a VM's stolen time)")
 
@@ -55,7 +55,7 @@ func abOnly(ctx context.Context) {
 			trace.Reopen()
 			traces[i] = append(traces[i], p)
 		}
-		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bins[i], NoRootUser: *abNoRootB && i == 1}}
+		cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt, SandboxBinary: bins[i], NoRootUser: *abNoRootB && i == 1}}
 		if k, v, ok := strings.Cut(*abEnvB, "="); ok {
 			if i == 1 {
 				os.Setenv(k, v)
@@ -133,7 +133,7 @@ func abRoundTrips(ctx context.Context, bins []string, rt string) {
 	var sbs [2]*sandboxes.Sandbox
 	var dirs [2]string
 	for i, bin := range bins {
-		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt, SandboxBinary: bin, NoRootUser: *abNoRootB && i == 1}}
+		cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt, SandboxBinary: bin, NoRootUser: *abNoRootB && i == 1}}
 		sb, err := sandboxes.Create(ctx, cfg)
 		check(err)
 		defer sb.Close()

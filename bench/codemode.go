@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"strings"
 	"time"
@@ -24,7 +25,7 @@ func codeModeOnly(ctx context.Context) {
 	}
 	rt, _ := os.MkdirTemp("", "cs-bench-")
 	var rep strings.Builder
-	codeModeBench(ctx, &rep, sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}})
+	codeModeBench(ctx, &rep, sandboxes.Config{Options: local.Options{RuntimeDir: rt}})
 	os.RemoveAll(rt)
 	fmt.Print(rep.String())
 	os.Exit(0)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +80,7 @@ func envBench(ctx context.Context, rep *strings.Builder) float64 {
 	}
 	rt, _ := os.MkdirTemp("", "cs-bench-env-")
 	defer os.RemoveAll(rt)
-	localCfg := sandboxes.Config{Environment: "python", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	localCfg := sandboxes.Config{Environment: "python", Options: local.Options{RuntimeDir: rt}}
 	lc, lr, err := measure(localCfg)
 	check(err)
 	fmt.Fprintf(rep, "Cold `Create` → first result of `1 + 1` (%d each) and the `x + 2` round trip (%d each), both on the `python` environment (build %s).\n\n", *nCold, *nRTT, py.ShortID())

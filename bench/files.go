@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"os"
 	"strconv"
@@ -20,7 +21,7 @@ func filesBench(ctx context.Context, rep *strings.Builder) {
 	const size = 2 << 30
 	rt, _ := os.MkdirTemp("", "cs-bench-files-")
 	defer os.RemoveAll(rt)
-	cfg := sandboxes.Config{Memory: 5 << 30, Local: sandboxes.LocalConfig{RuntimeDir: rt, HomeSize: 5 << 29}}
+	cfg := sandboxes.Config{Memory: 5 << 30, Options: local.Options{RuntimeDir: rt, HomeSize: 5 << 29}}
 	sb, err := sandboxes.Create(ctx, cfg)
 	check(err)
 	defer sb.Close()
@@ -58,7 +59,7 @@ func filesBench(ctx context.Context, rep *strings.Builder) {
 	close(stop)
 	w, r := summarize(ws), summarize(rs)
 	rep.WriteString("## Files\n\n")
-	fmt.Fprintf(rep, "A 2 GiB file written from a reader (`Files.Write`) into `/home/user` (`LocalConfig.HomeSize` 2.5 GiB, memory 5 GiB) and read back (`Files.Read` into `io.Discard`), %d times each; this process's resident set sampled every 10 ms.\n\n", len(ws))
+	fmt.Fprintf(rep, "A 2 GiB file written from a reader (`Files.Write`) into `/home/user` (`local.Options.HomeSize` 2.5 GiB, memory 5 GiB) and read back (`Files.Read` into `io.Discard`), %d times each; this process's resident set sampled every 10 ms.\n\n", len(ws))
 	rep.WriteString("| direction | p50 | min | goal |\n|---|---|---|---|\n")
 	fmt.Fprintf(rep, "| write | %.0f MB/s | %.0f MB/s | ≥ 500 MB/s |\n", w.p50, minOf(ws))
 	fmt.Fprintf(rep, "| read | %.0f MB/s | %.0f MB/s | ≥ 500 MB/s |\n\n", r.p50, minOf(rs))

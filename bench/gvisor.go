@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"strings"
@@ -58,7 +59,7 @@ func gvisorBench(ctx context.Context, rep *strings.Builder) {
 		work      []stats
 	}
 	measure := func(iso sandboxes.Isolation) (result, error) {
-		cfg := sandboxes.Config{Isolation: iso, Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+		cfg := sandboxes.Config{Isolation: iso, Options: local.Options{RuntimeDir: rt}}
 		var r result
 		var cold []float64
 		for i := 0; i < *nCold; i++ {

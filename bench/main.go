@@ -121,7 +121,7 @@ func main() {
 	if *onlyServe {
 		rt, _ := os.MkdirTemp("", "cs-bench-")
 		defer os.RemoveAll(rt)
-		serveBench(ctx, &rep, sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}})
+		serveBench(ctx, &rep, sandboxes.Config{Options: local.Options{RuntimeDir: rt}})
 		fmt.Print(rep.String())
 		return
 	}
@@ -144,7 +144,7 @@ func main() {
 	started := time.Now()
 	rt, _ := os.MkdirTemp("", "cs-bench-")
 	defer os.RemoveAll(rt)
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 
 	// The sections, in order; each writes its own part of the report. A new
 	// section is a func(ctx, *strings.Builder) in its own file and one line
@@ -241,7 +241,7 @@ func kernelBench(ctx context.Context, rep *strings.Builder) {
 func localBench(ctx context.Context, rep *strings.Builder) {
 	rt, _ := os.MkdirTemp("", "cs-bench-")
 	defer os.RemoveAll(rt)
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	bwrapArgs := []string{"--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 		"--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
 		"--unshare-all", "--die-with-parent", "--uid", "1000", "--gid", "100", *python, "-c", "pass"}
@@ -253,7 +253,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 	// broker is one process and two runs of the binary per start): only
 	// as root does the default have one.
 	noRoot := cfg
-	noRoot.Local.NoRootUser = true
+	noRoot.Options = local.Options{RuntimeDir: rt, NoRootUser: true}
 	withNoRoot := os.Geteuid() == 0
 	steps := []func(){
 		func() { withSandboxBinary("", func() { cold = append(cold, coldOnce()) }) },
@@ -328,7 +328,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 		fmt.Fprintf(rep, "| the same without a spare supervisor (a process's first `Create`, or `%s=0`; the rows above had one waiting, started %v after the Create before theirs) | %.1f ms | %.1f ms | %s |\n", local.SpareSupervisorEnv, local.SpareDelay, ns.p50, ns.tail(), ratio(ns.p50))
 		if withNoRoot {
 			nr := summarize(coldNoRoot)
-			fmt.Fprintf(rep, "| the same without the root user (`LocalConfig.NoRootUser`: no sudo inside, no broker process) | %.1f ms | %.1f ms | %s |\n", nr.p50, nr.tail(), ratio(nr.p50))
+			fmt.Fprintf(rep, "| the same without the root user (`local.Options.NoRootUser`: no sudo inside, no broker process) | %.1f ms | %.1f ms | %s |\n", nr.p50, nr.tail(), ratio(nr.p50))
 		}
 	} else {
 		fmt.Fprintf(rep, "| the same, sandbox processes from `cmd/code-sandboxes-sandbox` | not measured: %v | | |\n", leanErr)
@@ -346,7 +346,7 @@ func localBench(ctx context.Context, rep *strings.Builder) {
 func memoryBench(ctx context.Context, rep *strings.Builder) {
 	rt, _ := os.MkdirTemp("", "cs-bench-")
 	defer os.RemoveAll(rt)
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	var sbs []*sandboxes.Sandbox
 	for i := 0; i < *nIdle; i++ {
 		sb, err := sandboxes.Create(ctx, cfg)
@@ -392,7 +392,7 @@ func leanMemory(ctx context.Context) string {
 	withSandboxBinary(lean, func() {
 		rt, _ := os.MkdirTemp("", "cs-bench-")
 		defer os.RemoveAll(rt)
-		cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+		cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 		var sbs []*sandboxes.Sandbox
 		defer func() {
 			for _, sb := range sbs {
@@ -449,7 +449,7 @@ var scaleSelf = flag.Bool("scale-self", false, "scale section: sandboxes' proces
 func scaleRun(ctx context.Context, rep *strings.Builder, procs string) {
 	rt, _ := os.MkdirTemp("", "cs-bench-scale-")
 	defer os.RemoveAll(rt)
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	rep.WriteString("## Scale\n\n")
 	step := max(1, *nScale/10)
 	// The control: after each create, a block of fresh memory touched by

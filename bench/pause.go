@@ -9,6 +9,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -60,7 +61,7 @@ func pauseBench(ctx context.Context, rep *strings.Builder) {
 	defer os.RemoveAll(state)
 	check(os.Setenv("CODE_SANDBOXES_STATE_DIR", state))
 	defer os.Unsetenv("CODE_SANDBOXES_STATE_DIR")
-	cfg := sandboxes.Config{Isolation: sandboxes.IsolationGVisor, Memory: 2 << 30, Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Isolation: sandboxes.IsolationGVisor, Memory: 2 << 30, Options: local.Options{RuntimeDir: rt}}
 	rep.WriteString("| state | pause p50 | resume p50 | checkpoint on disk | cold create + cells p50 |\n|---|---|---|---|---|\n")
 	for _, st := range pauseStates {
 		var pause, resume, cold []float64

@@ -40,7 +40,7 @@ func serveBench(ctx context.Context, rep *strings.Builder, cfg sandboxes.Config)
 	// than guessed from two sections' numbers.
 	lsb := rttSandbox(ctx, cfg)
 	defer lsb.Close()
-	localDir := local.SandboxDir(cfg.Local.RuntimeDir, lsb.ID())
+	localDir := local.SandboxDir(cfg.Options.(local.Options).RuntimeDir, lsb.ID())
 	rttBlock(ctx, lsb, 20) // untimed: a new sandbox's first cells are its warm-up, not serve's absence
 	withoutServe, cpuWithout := cpuBlock(ctx, lsb, localDir, (*nRTT+1)/2)
 
@@ -188,5 +188,5 @@ func cpuBlock(ctx context.Context, sb *sandboxes.Sandbox, dir string, n int) ([]
 }
 
 func agentHTTP(cfg sandboxes.Config, id string) (string, *http.Client) {
-	return "http://sandbox", client.UnixHTTPClient(filepath.Join(local.SandboxDir(cfg.Local.RuntimeDir, id), "agent.sock"))
+	return "http://sandbox", client.UnixHTTPClient(filepath.Join(local.SandboxDir(cfg.Options.(local.Options).RuntimeDir, id), "agent.sock"))
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"os"
 	"strings"
@@ -40,7 +41,7 @@ func templateBench(ctx context.Context, rep *strings.Builder) {
 	check(err)
 	defer os.RemoveAll(rt)
 	srv, err := e2bserver.New(e2bserver.Options{APIKeys: []string{key}, TemplateBuilds: true,
-		Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}})
+		Config: sandboxes.Config{Options: local.Options{RuntimeDir: rt}}})
 	check(err)
 	base, stop, err := srv.StartLoopback(false)
 	check(err)

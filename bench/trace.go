@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"os"
 	"path/filepath"
@@ -30,7 +31,7 @@ func traceColdStarts(ctx context.Context, w io.Writer, n int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: filepath.Join(dir, "rt")}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: filepath.Join(dir, "rt")}}
 	for range *traceAlive {
 		sb, err := sandboxes.Create(ctx, cfg)
 		if err != nil {

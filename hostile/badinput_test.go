@@ -31,7 +31,7 @@ func TestBadInputGoAPI(t *testing.T) {
 		{Env: map[string]string{"A\x00": "c"}}, {MaxLifetime: -time.Second}, {Timeout: -time.Second},
 		{Name: strings.Repeat("n", 64)},
 	} {
-		cfg.Local.RuntimeDir = rt
+		cfg.Options = local.Options{RuntimeDir: rt}
 		if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
 			t.Errorf("Create(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
@@ -40,7 +40,7 @@ func TestBadInputGoAPI(t *testing.T) {
 	for _, cfg := range []sandboxes.Config{
 		{Environment: "ubuntu:latest"}, {Packages: []string{"-r/etc/passwd"}}, {Packages: []string{"x y"}},
 	} {
-		cfg.Local.RuntimeDir = rt
+		cfg.Options = local.Options{RuntimeDir: rt}
 		if _, err := sandboxes.Create(ctx, cfg); !errors.Is(err, sandboxes.ErrInvalidConfig) {
 			t.Errorf("local Create(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
@@ -258,7 +258,7 @@ func TestBadInputServerHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(srt)
-	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: srt}}})
+	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Options: local.Options{RuntimeDir: srt}}})
 	if err != nil {
 		t.Fatal(err)
 	}

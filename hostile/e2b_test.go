@@ -2,6 +2,7 @@ package hostile_test
 
 import (
 	"flag"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestHostileThroughServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(srt)
-	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: srt}}})
+	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Options: local.Options{RuntimeDir: srt}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -324,7 +324,7 @@ func TestFaultServerRestart(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	start := func(ln net.Listener, keep bool) (stop func() error) {
-		s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: srt}}})
+		s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Options: local.Options{RuntimeDir: srt}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +386,7 @@ func waitGoneDir(t *testing.T, dir string) {
 		}
 		if time.Now().After(deadline) {
 			for _, e := range ents {
-				_, _ = sandboxes.Kill(ctxBG(30*time.Second), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: dir}}, e.Name(), sandboxes.ListOptions{})
+				_, _ = sandboxes.Kill(ctxBG(30*time.Second), sandboxes.Config{Options: local.Options{RuntimeDir: dir}}, e.Name(), sandboxes.ListOptions{})
 			}
 			t.Fatalf("sandboxes left behind in %s: %d", dir, len(ents))
 		}

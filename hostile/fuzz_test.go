@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -125,7 +126,7 @@ func FuzzServerHTTP(f *testing.F) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		f.Fatal(err)
 	}
-	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: file}}})
+	s, err := e2bserver.New(e2bserver.Options{APIKeys: []string{testKey}, Config: sandboxes.Config{Options: local.Options{RuntimeDir: file}}})
 	if err != nil {
 		f.Fatal(err)
 	}

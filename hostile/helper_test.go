@@ -3,6 +3,7 @@ package hostile_test
 import (
 	"context"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"time"
 
@@ -24,7 +25,7 @@ func helperMain() bool {
 	if dir == "" {
 		return false
 	}
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: dir}, MaxLifetime: 8 * time.Second, Name: "orphan"}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: dir}, MaxLifetime: 8 * time.Second, Name: "orphan"}
 	sb, err := sandboxes.Create(ctxBG(time.Minute), cfg)
 	if err != nil {
 		fmt.Println("error", err)

@@ -68,7 +68,7 @@ func TestMain(m *testing.M) {
 }
 
 func localCfg() sandboxes.Config {
-	return sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	return sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: rt}}
 }
 
 func requireLocal(t *testing.T) {

@@ -3,6 +3,7 @@ package interpreter_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,7 +48,7 @@ func TestCodeMode(t *testing.T) {
 	for _, p := range providers {
 		t.Run(p, func(t *testing.T) {
 			ctx := ctxT(t, 2*time.Minute)
-			sb, err := interpreter.Create(ctx, sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: t.TempDir()}})
+			sb, err := interpreter.Create(ctx, sandboxes.Config{Options: local.Options{RuntimeDir: t.TempDir()}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"strings"
@@ -54,7 +55,7 @@ func sandbox(t *testing.T) *interpreter.Sandbox {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		shared, sharedErr = interpreter.Create(ctx, sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: runtime}, MaxLifetime: 10 * time.Minute})
+		shared, sharedErr = interpreter.Create(ctx, sandboxes.Config{Options: local.Options{RuntimeDir: runtime}, MaxLifetime: 10 * time.Minute})
 	})
 	if sharedErr != nil {
 		t.Fatalf("create sandbox: %v", sharedErr)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"sort"
 	"strings"
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 }
 
 func cfg() sandboxes.Config {
-	return sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, Memory: 512 << 20}
+	return sandboxes.Config{Options: local.Options{RuntimeDir: rt}, Memory: 512 << 20}
 }
 
 func require(t *testing.T) {

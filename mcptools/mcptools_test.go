@@ -3,6 +3,7 @@ package mcptools_test
 import (
 	"context"
 	"errors"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"strings"
@@ -65,7 +66,7 @@ func TestMCPToolsInSandbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Network "none" (the local default): only the granted tools.
-			sb, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "local", Local: sandboxes.LocalConfig{RuntimeDir: t.TempDir()}, Tools: tools})
+			sb, err := sandboxes.Create(ctx, sandboxes.Config{Variant: "local", Options: local.Options{RuntimeDir: t.TempDir()}, Tools: tools})
 			if err != nil {
 				t.Fatal(err)
 			}

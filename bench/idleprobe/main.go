@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"os"
 	"strconv"
@@ -30,7 +31,7 @@ func main() {
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: os.Args[1]}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: os.Args[1]}}
 	var sbs []*sandboxes.Sandbox
 	defer func() {
 		for _, sb := range sbs {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/environments"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"os"
 	"os/signal"
@@ -156,10 +158,19 @@ func parseSize(s string) (int64, error) {
 	return n, nil
 }
 
+// isLocal says whether variant names the local variant (the default).
+func isLocal(variant string) bool {
+	v := sandboxes.NormalizeVariant(variant)
+	return v == "" || v == "local"
+}
+
 func (c *common) config() (sandboxes.Config, error) {
 	cfg := sandboxes.Config{Variant: c.variant, Name: c.name, Environment: c.environment, Timeout: c.timeout,
-		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Isolation: sandboxes.Isolation(c.isolation), Local: sandboxes.LocalConfig{RuntimeDir: c.runtimeDir},
+		MaxLifetime: c.lifetime, IdleTimeout: c.idle, CPU: c.cpu, NetworkPolicy: c.network, AllowedHosts: c.allow, DeniedHosts: c.deny, AllowPrivate: c.allowPriv, Isolation: sandboxes.Isolation(c.isolation),
 		Packages: c.packages, PackageIndex: c.pkgIndex}
+	if isLocal(c.variant) {
+		cfg.Options = local.Options{RuntimeDir: c.runtimeDir}
+	}
 	var err error
 	if c.pkgIndex != "" && len(c.packages) == 0 {
 		return cfg, fmt.Errorf("--package-index applies only with --package")
@@ -784,7 +795,7 @@ The build id is the SHA-256 of the spec and every input it names; the name
 points at the newest build, and sandboxes pin the id.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt := sandboxes.BuildOptions{Dir: dir, Progress: cmd.ErrOrStderr(), Force: force}
+			opt := environments.Options{Dir: dir, Progress: cmd.ErrOrStderr(), Force: force}
 			if v := sandboxes.NormalizeVariant(buildVariant); v != "" && v != "local" {
 				if file == "" {
 					return fmt.Errorf("-v %s builds from a spec file: give -f spec.yaml", v)
@@ -793,13 +804,13 @@ points at the newest build, and sandboxes pin the id.`,
 				// team of $E2B_API_KEY).
 				opt.Config = &sandboxes.Config{Variant: v}
 			}
-			var b *sandboxes.EnvironmentBuild
+			var b *environments.Build
 			var err error
 			switch {
 			case file != "" && len(args) == 0:
-				b, err = sandboxes.BuildEnvironment(cmd.Context(), file, opt)
+				b, err = environments.BuildFile(cmd.Context(), file, opt)
 			case file == "" && len(args) == 1:
-				b, err = sandboxes.BuildBuiltinEnvironment(cmd.Context(), args[0], opt)
+				b, err = environments.BuildBuiltin(cmd.Context(), args[0], opt)
 			default:
 				return fmt.Errorf("give either a spec file (-f spec.yaml) or the name of a built-in environment (python)")
 			}
@@ -819,7 +830,7 @@ points at the newest build, and sandboxes pin the id.`,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, ref := range args {
-				b, err := sandboxes.RemoveEnvironment(dir, ref)
+				b, err := environments.Remove(dir, ref)
 				if err != nil {
 					return err
 				}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/environments"
 	"io"
 	"os"
 	"sort"
@@ -93,7 +94,7 @@ func writeTable(w io.Writer, width int, fit bool, header []string, rows [][]stri
 }
 
 type envBuildJSON struct {
-	*sandboxes.EnvironmentBuild
+	*environments.Build
 	Names []string `json:"names"`
 }
 
@@ -117,7 +118,7 @@ func printEnvironments(cmd *cobra.Command, variant, dir, output string) error {
 		return fmt.Errorf("-o %q: use one of %s", output, strings.Join(envOutputs, ", "))
 	}
 	out := cmd.OutOrStdout()
-	builds, names, err := sandboxes.EnvironmentBuilds(dir)
+	builds, names, err := environments.List(dir)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"math"
 	"strings"
 	"testing"
@@ -32,7 +33,7 @@ func FuzzKeyFile(f *testing.F) {
 	}
 	dir := f.TempDir()
 	srv, err := e2bserver.New(e2bserver.Options{APIKeys: []string{"e2b_0123456789abcdef"},
-		Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: dir}, EnvironmentDir: dir}})
+		Config: sandboxes.Config{Options: local.Options{RuntimeDir: dir}, EnvironmentDir: dir}})
 	if err != nil {
 		f.Fatal(err)
 	}

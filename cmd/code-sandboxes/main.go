@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -21,7 +21,7 @@ func main() {
 	// sandboxes' processes run from it rather than from this binary, which
 	// links every variant (its package inits cost each of them start time
 	// and memory).
-	sandboxes.UseLocalSandboxBinaryBeside()
+	local.UseSandboxBinaryBeside()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Sandbox output (and errors quoting it) reaches a terminal escaped.

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"log/slog"
 	"math"
 	"net"
@@ -162,14 +163,18 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			if err := vols.apply(&vo); err != nil {
 				return err
 			}
+			cfg := sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
+				Isolation: sandboxes.Isolation(isolation)}
+			if isLocal(variant) {
+				cfg.Options = local.Options{RuntimeDir: runtimeDir, WarmPool: warmPool}
+			}
 			srv, err := e2bserver.New(e2bserver.Options{
 				VolumeDir: vo.VolumeDir, VolumeSize: vo.VolumeSize, MaxVolumes: vo.MaxVolumes,
 				ToolSets: toolSets,
 				Keys:     keys,
 				// E2B's lifetime is its timeout, extended only by
 				// setTimeout: no idle timeout behind serve.
-				Config: sandboxes.Config{Variant: variant, Memory: mem, CPU: cpu, IdleTimeout: sandboxes.NoIdleTimeout,
-					Isolation: sandboxes.Isolation(isolation), Local: sandboxes.LocalConfig{RuntimeDir: runtimeDir, WarmPool: warmPool}},
+				Config: cfg,
 				Quota: e2bserver.Quota{Sandboxes: maxSandboxes, TotalMemory: totalMem, TotalCPU: totalCPU,
 					CreatesPerMinute: createsPerMinute},
 				DefaultNetwork:         network,
@@ -226,7 +231,7 @@ On SIGINT or SIGTERM the sandboxes this server created are killed, unless
 			defer func() {
 				pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				sandboxes.CloseLocalWarmPools(pctx)
+				local.CloseWarmPools(pctx)
 			}()
 			return srv.Run(cmd.Context(), ln, keep)
 		},

@@ -17,6 +17,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/interpreter"
 	"github.com/code-sandboxes/code-sandboxes/interpreter/lm"
+	_ "github.com/code-sandboxes/code-sandboxes/local" // the local variant
 )
 
 // The host's data, which the sandbox (network none) reaches only through

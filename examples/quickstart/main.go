@@ -11,6 +11,7 @@ import (
 	"os"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	_ "github.com/code-sandboxes/code-sandboxes/local" // the local variant
 )
 
 func main() {

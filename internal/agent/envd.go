@@ -49,7 +49,7 @@ func sandboxUser(o EnvdOptions) func(string) (envd.User, error) {
 			return o.Root, nil
 		}
 		if o.Sudo == "" && name == "root" {
-			return envd.User{}, fmt.Errorf("%w: %q: this sandbox has no root user (the local variant has one when its creator runs as root, unless LocalConfig.NoRootUser; elsewhere only the user %q)", envd.ErrUserNotAllowed, name, o.DefaultUser)
+			return envd.User{}, fmt.Errorf("%w: %q: this sandbox has no root user (the local variant has one when its creator runs as root, unless local.Options.NoRootUser; elsewhere only the user %q)", envd.ErrUserNotAllowed, name, o.DefaultUser)
 		}
 		return envd.User{}, fmt.Errorf("%w: %q: this sandbox has only the user %q", envd.ErrUserNotAllowed, name, o.DefaultUser)
 	}

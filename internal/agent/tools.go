@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 	"github.com/code-sandboxes/code-sandboxes/internal/secs"
+	"github.com/code-sandboxes/code-sandboxes/internal/toolproto"
 )
 
 // Tools ("code mode"): the host grants a sandbox a set of tools — functions
@@ -40,20 +40,15 @@ import (
 // holds the path of the tools socket.
 const ToolsSocketEnv = sandboxenv.ToolsSocketEnv
 
-// Bounds of tool calls. A sandbox's code is hostile: it may flood calls,
-// send giant arguments, or never read its answer.
+// Bounds of tool calls, and tool names: what the host and this agent
+// agree on (internal/toolproto, which the host side imports without
+// linking the agent).
 const (
-	// MaxToolArgBytes bounds one call's JSON arguments.
-	MaxToolArgBytes = 1 << 20
-	// MaxToolResultBytes bounds one call's JSON result (or error message).
-	MaxToolResultBytes = 4 << 20
-	// MaxToolCalls bounds the calls in progress at once (connections to
-	// the socket included); more are refused at once, never queued.
-	MaxToolCalls = 64
-	// MaxTools bounds how many tools one sandbox may be granted.
-	MaxTools = 256
-	// DefaultToolTimeout bounds one call when the host gives no timeout.
-	DefaultToolTimeout = 60 * time.Second
+	MaxToolArgBytes    = toolproto.MaxToolArgBytes
+	MaxToolResultBytes = toolproto.MaxToolResultBytes
+	MaxToolCalls       = toolproto.MaxToolCalls
+	MaxTools           = toolproto.MaxTools
+	DefaultToolTimeout = toolproto.DefaultToolTimeout
 	// maxToolSpecBytes bounds the registration body.
 	maxToolSpecBytes = 4 << 20
 	// toolRequestWait bounds how long a connection may take to send its
@@ -64,35 +59,13 @@ const (
 	maxToolTrailingBytes = 64 << 10
 )
 
-// ToolNamePattern is what a tool name must match: a Python identifier that
-// doesn't start with "_" (the module's own names do), at most 64 bytes.
-// Compiled on first use, not at the start of every sandbox process.
-var ToolNamePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`) })
-
-// pythonReserved are names a tool can't take: Python keywords (not callable
-// as tools.<name>) and the names the tools module defines itself.
-var pythonReserved = map[string]bool{
-	"False": true, "None": true, "True": true, "and": true, "as": true, "assert": true, "async": true,
-	"await": true, "break": true, "class": true, "continue": true, "def": true, "del": true, "elif": true,
-	"else": true, "except": true, "finally": true, "for": true, "from": true, "global": true, "if": true,
-	"import": true, "in": true, "is": true, "lambda": true, "nonlocal": true, "not": true, "or": true,
-	"pass": true, "raise": true, "return": true, "try": true, "while": true, "with": true, "yield": true,
-	"ToolError": true, "ToolTimeout": true, "ToolUnavailable": true, "call": true, "describe": true, "names": true,
-}
-
-// ErrToolName is a tool name that can't be a Python function of the tools module.
-var ErrToolName = errors.New("invalid tool name")
+var (
+	ToolNamePattern = toolproto.ToolNamePattern
+	ErrToolName     = toolproto.ErrToolName
+)
 
 // CheckToolName says why name can't be a tool's name, or nil.
-func CheckToolName(name string) error {
-	if !ToolNamePattern().MatchString(name) {
-		return fmt.Errorf("%w %q: use a Python identifier of at most 64 characters that starts with a letter (letters, digits, _)", ErrToolName, name)
-	}
-	if pythonReserved[name] {
-		return fmt.Errorf("%w %q: it is a Python keyword or a name the tools module defines itself; pick another", ErrToolName, name)
-	}
-	return nil
-}
+func CheckToolName(name string) error { return toolproto.CheckToolName(name) }
 
 // ToolSpec is one granted tool as the host registers it and as sandbox code
 // lists it.

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -35,7 +36,7 @@ func startServe(t *testing.T) string {
 	}
 	s, err := e2bserver.New(e2bserver.Options{
 		Keys:    []e2bserver.Key{{Key: keyA, Team: "team-a"}, {Key: keyB, Team: "team-b"}},
-		Config:  sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, IdleTimeout: sandboxes.NoIdleTimeout},
+		Config:  sandboxes.Config{Options: local.Options{RuntimeDir: rt}, IdleTimeout: sandboxes.NoIdleTimeout},
 		Console: true,
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -107,9 +108,21 @@ func OptionsOf[T any](spec Spec) (T, error) {
 			return *o, nil
 		}
 		return zero, nil
-	default:
-		return zero, fmt.Errorf("%w: the %s variant takes options of type %T, got %T", sberr.ErrInvalidConfig, spec.Variant, zero, spec.Options)
 	}
+	// A variant's public package declares its Options with the same fields
+	// as the variant's own (documented where users read them, without an
+	// alias to an internal type): convert a struct of identical shape.
+	v := reflect.ValueOf(spec.Options)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return zero, nil
+		}
+		v = v.Elem()
+	}
+	if t := reflect.TypeFor[T](); v.Kind() == reflect.Struct && t.Kind() == reflect.Struct && v.Type().ConvertibleTo(t) {
+		return v.Convert(t).Interface().(T), nil
+	}
+	return zero, fmt.Errorf("%w: the %s variant takes options of its package's type Options, got %T", sberr.ErrInvalidConfig, spec.Variant, spec.Options)
 }
 
 // Info describes a sandbox.
@@ -322,3 +335,8 @@ type UsageReader interface {
 type EnvironmentBuilder interface {
 	BuildEnvironment(ctx context.Context, spec Spec, env any, force bool) (Environment, error)
 }
+
+// ConfigSpec checks the root package's *Config and gives its variant and
+// Spec: set by that package's init for the public packages beside it
+// (environments) that act on a Config but can't call its methods.
+var ConfigSpec func(cfg any) (Variant, Spec, error)

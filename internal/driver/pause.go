@@ -1,6 +1,9 @@
 package driver
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Pauser is an Instance whose sandbox can be paused (its whole state
 // checkpointed to disk, nothing running) and resumed under the same id.
@@ -15,4 +18,20 @@ type Pauser interface {
 // (Spec.Snapshot then creates sandboxes from it: forks).
 type Snapshotter interface {
 	Snapshot(ctx context.Context, name string) error
+}
+
+// SnapshotStore is a variant that keeps snapshots (Snapshotter's) apart
+// from any sandbox: listed oldest first, deleted by name (ErrNotFound if
+// there is none).
+type SnapshotStore interface {
+	ListSnapshots(ctx context.Context, spec Spec) ([]SnapshotInfo, error)
+	DeleteSnapshot(ctx context.Context, spec Spec, name string) error
+}
+
+// SnapshotInfo describes a kept snapshot.
+type SnapshotInfo struct {
+	Name      string
+	From      string // the id of the sandbox it was taken of
+	CreatedAt time.Time
+	Size      int64 // bytes on disk (its checkpoint)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
+	_ "github.com/code-sandboxes/code-sandboxes/local" // the local variant
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
@@ -49,7 +50,7 @@ func e2bServerWith(t *testing.T, mod func(*sandboxes.Config)) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	scfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	if mod != nil {
 		mod(&scfg)
 	}
@@ -69,7 +70,7 @@ func e2bServerWith(t *testing.T, mod func(*sandboxes.Config)) string {
 			var names []string
 			for _, e := range ents {
 				names = append(names, e.Name())
-				_, _ = sandboxes.Kill(context.Background(), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, e.Name(), sandboxes.ListOptions{})
+				_, _ = sandboxes.Kill(context.Background(), sandboxes.Config{Options: local.Options{RuntimeDir: rt}}, e.Name(), sandboxes.ListOptions{})
 			}
 			t.Errorf("sandboxes left behind: %s", strings.Join(names, ", "))
 		}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/code-sandboxes/code-sandboxes/environments"
 	"io"
 	"net/http"
 	"os"
@@ -15,8 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 )
 
 // E2B's template API answers (spec/openapi.yml of e2b-dev/E2B, as the npm
@@ -102,7 +101,7 @@ func TestTemplateBuildFixture(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	b, err := sandboxes.BuildEnvironment(ctx, writeSpec(t), sandboxes.BuildOptions{Config: &cfg, Progress: &out})
+	b, err := environments.BuildFile(ctx, writeSpec(t), environments.Options{Config: &cfg, Progress: &out})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
@@ -203,15 +202,15 @@ func TestTemplateBuildFixture(t *testing.T) {
 		}
 		return true
 	}
-	_, err = sandboxes.BuildEnvironment(ctx, writeSpec(t), sandboxes.BuildOptions{Config: &cfg})
-	if !errors.Is(err, sandboxes.ErrBuildFailed) || !strings.Contains(err.Error(), "step 3") || !strings.Contains(err.Error(), "failed to run command 'pip install'") {
+	_, err = environments.BuildFile(ctx, writeSpec(t), environments.Options{Config: &cfg})
+	if !errors.Is(err, environments.ErrBuildFailed) || !strings.Contains(err.Error(), "step 3") || !strings.Contains(err.Error(), "failed to run command 'pip install'") {
 		t.Errorf("failed build: %v", err)
 	}
 
 	// A base E2B can't start from is refused before any call.
 	dir := t.TempDir()
 	_ = os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("name: x\nbase: {debian: bookworm}\n"), 0o644)
-	if _, err := sandboxes.BuildEnvironment(ctx, filepath.Join(dir, "s.yaml"), sandboxes.BuildOptions{Config: &cfg}); !errors.Is(err, sandboxes.ErrInvalidSpec) || !strings.Contains(err.Error(), "code-interpreter-v1") {
+	if _, err := environments.BuildFile(ctx, filepath.Join(dir, "s.yaml"), environments.Options{Config: &cfg}); !errors.Is(err, environments.ErrInvalidSpec) || !strings.Contains(err.Error(), "code-interpreter-v1") {
 		t.Errorf("debian base on e2b: %v", err)
 	}
 }

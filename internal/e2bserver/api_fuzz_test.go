@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,7 +29,7 @@ func fuzzServer(f *testing.F, mod func(*Options)) (*Server, string) {
 		f.Fatal(err)
 	}
 	o := Options{APIKeys: []string{testKey}, TemplateBuilds: true,
-		Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: file}, EnvironmentDir: filepath.Join(dir, "env")}}
+		Config: sandboxes.Config{Options: local.Options{RuntimeDir: file}, EnvironmentDir: filepath.Join(dir, "env")}}
 	if mod != nil {
 		mod(&o)
 	}

@@ -27,7 +27,7 @@ func TestMaxNetworkAtStart(t *testing.T) {
 		{Options{MaxNetwork: "allowlist"}, ""},
 	} {
 		c.o.APIKeys = []string{testKey}
-		c.o.Config.Local.RuntimeDir = t.TempDir()
+		setRuntimeDir(&c.o.Config, t.TempDir())
 		_, err := New(c.o)
 		switch {
 		case c.want == "" && err != nil:

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"os"
 	"slices"
@@ -32,7 +33,7 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 	if len(o.APIKeys) == 0 && len(o.Keys) == 0 {
 		o.APIKeys = []string{testKey}
 	}
-	o.Config.Local.RuntimeDir = rt
+	setRuntimeDir(&o.Config, rt)
 	if o.Config.Variant != "" && o.Config.Variant != "local" {
 		o.Config.Tags = map[string]string{tagPrefix + "test": rt} // hidden from metadata, as every reserved tag
 	}
@@ -116,4 +117,16 @@ func requireStatic(t *testing.T) {
 	static := !slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP })
 	f.Close()
 	sandboxestest.Require(t, static, "a static test binary (it is the sandboxes' agent): run with CGO_ENABLED=0 (make test does)")
+}
+
+// setRuntimeDir gives a local Config's sandboxes the runtime directory
+// rt, keeping its other local options; other variants' Configs are left
+// as they are.
+func setRuntimeDir(cfg *sandboxes.Config, rt string) {
+	if v := sandboxes.NormalizeVariant(cfg.Variant); v != "" && v != "local" {
+		return
+	}
+	lo, _ := cfg.Options.(local.Options)
+	lo.RuntimeDir = rt
+	cfg.Options = lo
 }

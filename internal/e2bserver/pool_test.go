@@ -2,6 +2,7 @@ package e2bserver
 
 import (
 	"context"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"testing"
 	"time"
 
@@ -18,9 +19,9 @@ func TestWarmPoolThroughServe(t *testing.T) {
 	}
 	needSandboxes(t)
 	s, base := testServer(t, Options{Config: sandboxes.Config{Memory: 512 << 20, CPU: 1, IdleTimeout: sandboxes.NoIdleTimeout,
-		Local: sandboxes.LocalConfig{WarmPool: 1}}})
+		Options: local.Options{WarmPool: 1}}})
 	// Before testServer's cleanup (LIFO), which checks nothing is left.
-	t.Cleanup(func() { sandboxes.CloseLocalWarmPools(context.Background()) })
+	t.Cleanup(func() { local.CloseWarmPools(context.Background()) })
 	create := func() sandboxJSON {
 		t.Helper()
 		var sb sandboxJSON
@@ -31,15 +32,15 @@ func TestWarmPoolThroughServe(t *testing.T) {
 		return sb
 	}
 	create() // a miss: it starts the pool
-	for deadline := time.Now().Add(90 * time.Second); sandboxes.LocalWarmPoolStats().Ready < 1; {
+	for deadline := time.Now().Add(90 * time.Second); local.WarmPoolStats().Ready < 1; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the pool never filled: %+v", sandboxes.LocalWarmPoolStats())
+			t.Fatalf("the pool never filled: %+v", local.WarmPoolStats())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	hits := sandboxes.LocalWarmPoolStats().Hits
+	hits := local.WarmPoolStats().Hits
 	sb := create()
-	if h := sandboxes.LocalWarmPoolStats().Hits; h != hits+1 {
+	if h := local.WarmPoolStats().Hits; h != hits+1 {
 		t.Fatalf("the second create was not served from the pool (hits %d → %d)", hits, h)
 	}
 	var got listedSandbox

@@ -21,7 +21,7 @@ func benchExecute(b *testing.B, direct bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.cfg.Local.RuntimeDir = rt
+	setRuntimeDir(&s.cfg, rt)
 	base, stop, err := s.StartLoopback(false)
 	if err != nil {
 		b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net"
 	"net/http"
@@ -490,7 +491,7 @@ func TestRecordsNotNamedByID(t *testing.T) {
 	needSandboxes(t)
 	s, base := testServer(t, Options{})
 	a := createSB(t, base, testKey, `{"templateID":"base","timeout":120}`)
-	ents, _ := os.ReadDir(s.cfg.Local.RuntimeDir)
+	ents, _ := os.ReadDir(s.cfg.Options.(local.Options).RuntimeDir)
 	for _, e := range ents {
 		if strings.Contains(e.Name(), a.SandboxID) {
 			t.Errorf("runtime directory entry %s names sandbox %s", e.Name(), a.SandboxID)
@@ -511,7 +512,7 @@ func TestShutdownDuringCreate(t *testing.T) {
 	}
 	needSandboxes(t)
 	rt := t.TempDir()
-	cfg := sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}
+	cfg := sandboxes.Config{Options: local.Options{RuntimeDir: rt}}
 	s, err := New(Options{Config: cfg, APIKeys: []string{testKey}})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	ilocal "github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -327,7 +329,11 @@ func New(o Options) (*Server, error) {
 	if s.cfg.Variant == "local" {
 		// Resolve the runtime directory once, so that a later change of the
 		// environment can't split the server's sandboxes over two places.
-		s.cfg.Local = s.cfg.Local.Resolved()
+		lo, err := driver.OptionsOf[ilocal.Options](driver.Spec{Variant: "local", Options: s.cfg.Options})
+		if err != nil {
+			return nil, fmt.Errorf("e2bserver: %w", err)
+		}
+		s.cfg.Options = local.Options(lo.Resolved())
 	}
 	switch s.defaultNetwork {
 	case "":

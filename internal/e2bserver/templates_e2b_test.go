@@ -2,6 +2,7 @@ package e2bserver
 
 import (
 	"context"
+	"github.com/code-sandboxes/code-sandboxes/environments"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,7 +48,7 @@ func TestE2BVariantBuildsOnServe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var log strings.Builder
-	b, err := sandboxes.BuildEnvironment(ctx, spec("one"), sandboxes.BuildOptions{Config: &cfg, Progress: &log})
+	b, err := environments.BuildFile(ctx, spec("one"), environments.Options{Config: &cfg, Progress: &log})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
@@ -74,7 +75,7 @@ func TestE2BVariantBuildsOnServe(t *testing.T) {
 		t.Errorf("in the template's sandbox: %q", got)
 	}
 
-	b2, err := sandboxes.BuildEnvironment(ctx, spec("two"), sandboxes.BuildOptions{Config: &cfg})
+	b2, err := environments.BuildFile(ctx, spec("two"), environments.Options{Config: &cfg})
 	if err != nil {
 		t.Fatal(err)
 	}

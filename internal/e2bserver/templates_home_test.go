@@ -1,6 +1,7 @@
 package e2bserver
 
 import (
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net/http"
 	"strconv"
@@ -23,7 +24,7 @@ func TestTemplateHomeInSandbox(t *testing.T) {
 	team := freshTeam(t)
 	const home = 64 << 20
 	_, base := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: team}},
-		Config: sandboxes.Config{Local: sandboxes.LocalConfig{HomeSize: home}}})
+		Config: sandboxes.Config{Options: local.Options{HomeSize: home}}})
 
 	build := func(name, cmd string) {
 		t.Helper()

@@ -25,7 +25,7 @@ func startOwnServer(t *testing.T, o Options) (*Server, string, func() error) {
 	if len(o.APIKeys) == 0 && len(o.Keys) == 0 {
 		o.APIKeys = []string{testKey}
 	}
-	o.Config.Local.RuntimeDir = t.TempDir()
+	setRuntimeDir(&o.Config, t.TempDir())
 	s, err := New(o)
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net/http"
 	"os"
@@ -268,7 +269,7 @@ func TestVolumeSurvivesRestart(t *testing.T) {
 	dir := volumeDir(t)
 	rt := t.TempDir()
 	start := func() (*Server, string, func() error) {
-		s, err := New(Options{APIKeys: []string{testKey}, VolumeDir: dir, Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}})
+		s, err := New(Options{APIKeys: []string{testKey}, VolumeDir: dir, Config: sandboxes.Config{Options: local.Options{RuntimeDir: rt}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ type homeSeeder struct {
 
 // tooBig says the environment's home doesn't fit the sandbox's.
 func (s *homeSeeder) tooBig(rel string) error {
-	return fmt.Errorf("the environment's /home/user %s (a %d MiB tmpfs; %s and what came before take more): give the sandbox a larger home (LocalConfig.HomeSize, or more Memory: the default home is half of it up to 1 GiB) or leave less in the environment's /home/user", HomeTooBig, s.limit>>20, rel)
+	return fmt.Errorf("the environment's /home/user %s (a %d MiB tmpfs; %s and what came before take more): give the sandbox a larger home (local.Options.HomeSize, or more Memory: the default home is half of it up to 1 GiB) or leave less in the environment's /home/user", HomeTooBig, s.limit>>20, rel)
 }
 
 // seedHome copies the directory src (an fd, closed here) into dst, the

@@ -56,16 +56,13 @@ const (
 	poolRefillDelay = 50 * time.Millisecond
 )
 
-// PoolStats counts warm-pool activity across this process's pools.
+// PoolStats counts warm-pool activity across this process's pools: the
+// public local.PoolStats, field for field (documented there).
 type PoolStats struct {
-	// Hits: Creates served from a pool; Misses: Creates that could use one
-	// and found none ready (they started cold).
-	Hits, Misses int64
-	// Ready sandboxes waiting in pools; Starting ones being made for them.
+	Hits, Misses    int64
 	Ready, Starting int
-	// Failures of fills, and the last one's message.
-	Failures  int64
-	LastError string
+	Failures        int64
+	LastError       string
 }
 
 var statHits, statMisses, statFailures atomic.Int64

@@ -132,7 +132,7 @@ const besideSource = "the " + SandboxBinaryName + " beside this program"
 // else UseSandboxBinaryBeside's, else this program. A check is remembered
 // in this process and across processes (fingerprintCache).
 func sandboxBinary(ctx context.Context, explicit string) (string, error) {
-	p, source := explicit, "LocalConfig.SandboxBinary"
+	p, source := explicit, "local.Options.SandboxBinary"
 	if p == "" {
 		p, source = os.Getenv(SandboxBinaryEnv), SandboxBinaryEnv
 	}

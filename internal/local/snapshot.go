@@ -158,11 +158,22 @@ func DeleteSnapshot(name string) error {
 }
 
 // SnapshotInfo describes a kept snapshot.
-type SnapshotInfo struct {
-	Name      string
-	From      string // the sandbox it was taken of
-	CreatedAt time.Time
-	Size      int64 // bytes of its checkpoint on disk
+type SnapshotInfo = driver.SnapshotInfo
+
+// ListSnapshots is driver.SnapshotStore's (the store is the machine's).
+func (Variant) ListSnapshots(ctx context.Context, _ driver.Spec) ([]SnapshotInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return ListSnapshots()
+}
+
+// DeleteSnapshot is driver.SnapshotStore's.
+func (Variant) DeleteSnapshot(ctx context.Context, _ driver.Spec, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return DeleteSnapshot(name)
 }
 
 // ListSnapshots lists the snapshots kept under the state directory, oldest

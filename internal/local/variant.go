@@ -107,10 +107,10 @@ func (v Variant) Create(ctx context.Context, spec driver.Spec) (driver.Instance,
 		return nil, err
 	}
 	if opts.HomeSize < 0 || (opts.HomeSize > 0 && spec.Memory() > 0 && opts.HomeSize > spec.Memory()/2) {
-		return nil, fmt.Errorf("%w: LocalConfig.HomeSize %d: /home/user's pages count against the memory limit (%d): give at most half of it, or raise Memory", sberr.ErrInvalidConfig, opts.HomeSize, spec.Memory())
+		return nil, fmt.Errorf("%w: local.Options.HomeSize %d: /home/user's pages count against the memory limit (%d): give at most half of it, or raise Memory", sberr.ErrInvalidConfig, opts.HomeSize, spec.Memory())
 	}
 	if opts.WarmPool < 0 {
-		return nil, fmt.Errorf("%w: LocalConfig.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, opts.WarmPool)
+		return nil, fmt.Errorf("%w: local.Options.WarmPool must be 0 or more, got %d", sberr.ErrInvalidConfig, opts.WarmPool)
 	}
 	if key, ok := poolKey(spec, opts, rt, senv); ok && opts.WarmPool > 0 {
 		pspec := poolSpec(spec)

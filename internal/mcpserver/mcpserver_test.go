@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -27,7 +28,7 @@ const stdioEnv = "CODE_SANDBOXES_MCPSERVER_TEST_STDIO"
 func TestMain(m *testing.M) {
 	mcptest.MaybeServe() // the MCP server whose tools TestToolServers grants
 	if rt := os.Getenv(stdioEnv); rt != "" {
-		srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
+		srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Options: local.Options{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
 		err := srv.Run(context.Background(), &mcp.StdioTransport{})
 		_ = srv.Close()
 		if err != nil {
@@ -70,7 +71,7 @@ func text(res *mcp.CallToolResult) string {
 // sandboxCount is how many sandboxes live in the runtime dir.
 func sandboxCount(t *testing.T, rt string) int {
 	t.Helper()
-	list, err := sandboxes.List(context.Background(), sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, sandboxes.ListOptions{})
+	list, err := sandboxes.List(context.Background(), sandboxes.Config{Options: local.Options{RuntimeDir: rt}}, sandboxes.ListOptions{})
 	if err != nil {
 		t.Fatalf("list: %v", err)
 	}
@@ -162,7 +163,7 @@ func waitNoSandboxes(t *testing.T, rt string) {
 func TestStreamableHTTP(t *testing.T) {
 	requireDeps(t)
 	rt := t.TempDir()
-	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
+	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Options: local.Options{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
 	defer srv.Close()
 	h, err := srv.HTTPHandler(mcpserver.HTTPOptions{Token: testToken, Idle: time.Minute})
 	if err != nil {
@@ -251,7 +252,7 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 func TestStreamableHTTPGuard(t *testing.T) {
 	requireDeps(t)
 	rt := t.TempDir()
-	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
+	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Options: local.Options{RuntimeDir: rt}, MaxLifetime: 10 * time.Minute}})
 	defer srv.Close()
 	if _, err := srv.HTTPHandler(mcpserver.HTTPOptions{}); err == nil {
 		t.Error("a handler without a token was made")
@@ -310,7 +311,7 @@ func TestToolServers(t *testing.T) {
 	}
 	defer closeTools()
 	rt := t.TempDir()
-	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Local: sandboxes.LocalConfig{RuntimeDir: rt}}, Tools: tools})
+	srv := mcpserver.New(mcpserver.Options{Config: sandboxes.Config{Options: local.Options{RuntimeDir: rt}}, Tools: tools})
 	defer srv.Close()
 	st, ct := mcp.NewInMemoryTransports()
 	go func() { _ = srv.Run(ctx, st) }()
