@@ -15,7 +15,7 @@
 // set (Start): user commands, kernels and their children are never
 // narrowed. The kernel pins only its main thread, only while it waits for
 // the next command, and gives user code back the set it had at the end of
-// the previous cell (kernel.py).
+// the previous cell (internal/kernel/py/commands.py).
 package cpupin
 
 import (

@@ -534,7 +534,7 @@ func TestCloseDuringExecute(t *testing.T) {
 }
 
 // TestRepeatedCellCompiledOnce: a cell run again reuses its compiled code
-// (kernel.py's _CODE_CACHE) and must behave as a fresh compile: its own
+// (py/cells.py's _CODE_CACHE) and must behave as a fresh compile: its own
 // file name in frames and tracebacks (nested functions too), state read at
 // run time, and a cell that failed to compile fails again.
 func TestRepeatedCellCompiledOnce(t *testing.T) {

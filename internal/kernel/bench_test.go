@@ -131,7 +131,7 @@ func BenchmarkPeer(b *testing.B) {
 
 // BenchmarkPrintLines: 2000 flushed prints in one cell. With a child process
 // alive (ChildAlive) every Python-level write is a sync point, so a child's
-// output on the other stream stays in order (see kernel.py, Ordering).
+// output on the other stream stays in order (see py/protocol.py, Ordering).
 func BenchmarkPrintLines(b *testing.B) {
 	for _, alive := range []bool{false, true} {
 		name := "NoChild"

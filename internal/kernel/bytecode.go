@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// A kernel's first start compiles kernel.py (about 2,000 lines: several
+// A kernel's first start compiles its source (py/, about 2,900 lines: several
 // milliseconds of CPU, a large share of a sandbox's cold start) unless a
 // .pyc is already in its script directory, which a fresh sandbox's home
 // never has. So the host compiles it once, with the same interpreter the
@@ -20,7 +20,7 @@ import (
 // before the first kernel starts (InstallBytecode).
 //
 // The .pyc is "unchecked hash-based" (PEP 552): Python loads it without
-// comparing it with the source's mtime. It is made from kernelSource, which
+// comparing it with the source's mtime. It is made from kernelParts, which
 // is keyed into the module's name, so it can't be stale; an interpreter
 // whose magic number differs rejects it and compiles the source as before.
 
@@ -56,7 +56,7 @@ func validTag[T string | []byte](tag T) bool {
 // tag and the .pyc's bytes.
 func CompileBytecode(ctx context.Context, python string) (tag string, pyc []byte, err error) {
 	cmd := exec.CommandContext(ctx, python, "-I", "-S", "-c", compileScript)
-	cmd.Stdin = strings.NewReader(kernelSource)
+	cmd.Stdin = kernelReader()
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
@@ -98,7 +98,7 @@ func InstallBytecode(dir, tag string, pyc []byte) error {
 		return err
 	}
 	// Readers, not a []byte of the source: no copy of its 100 KB.
-	if err := writeAtomic(filepath.Join(dir, kernelModule()+".py"), strings.NewReader(kernelSource)); err != nil {
+	if err := writeAtomic(filepath.Join(dir, kernelModule()+".py"), kernelReader()); err != nil {
 		return err
 	}
 	if err := writeAtomic(filepath.Join(cache, kernelModule()+"."+tag+".pyc"), bytes.NewReader(pyc)); err != nil {

@@ -38,7 +38,7 @@ for s in bad[:5]:
 // wait for the extension's load).
 func TestFrameStringsMatchJSON(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "kmod.py"), []byte(kernelSource), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "kmod.py"), []byte(kernelSource()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	devnull, err := os.Open(os.DevNull)

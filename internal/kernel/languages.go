@@ -17,8 +17,8 @@ import (
 // interpreter is not installed; the message says which and what to do.
 var ErrLanguageUnavailable = errors.New("kernel: language unavailable")
 
-// Languages our kernel runs. Python cells run in kernel.py itself; the others
-// in a persistent interpreter kernel.py drives (state between runs, live
+// Languages our kernel runs. Python cells run in the Python kernel itself; the others
+// in a persistent interpreter the kernel drives (state between runs, live
 // output, errors, interrupt by SIGINT).
 var interpreters = map[string]string{"python": "", "bash": "bash", "javascript": "node", "typescript": "node", "r": "Rscript", "java": "java"}
 
@@ -74,7 +74,7 @@ func CheckLanguage(ctx context.Context, language string, env []string) error {
 }
 
 // typeScriptLibs are where the typescript package may be installed, in
-// the order kernel.py's _TS_LIBS tries them.
+// the order the kernel's _TS_LIBS (py/languages.py) tries them.
 var typeScriptLibs = []string{"/usr/share/nodejs/typescript", "/usr/lib/node_modules/typescript", "/usr/local/lib/node_modules/typescript"}
 
 // TypeScriptLib is the directory of the typescript package the kernel

@@ -100,7 +100,7 @@ for i in range(N):
 }
 
 // TestMainResultWithDone: the main result goes out with the cell's done
-// frame in one write (kernel.py holds it back); output before it, including
+// frame in one write (the kernel holds it back); output before it, including
 // what the value's own repr prints and what a child writes to fd 1 straight,
 // still comes first, and an error after it (an interrupt landing in the
 // kernel's own code) still comes after it.

@@ -3,7 +3,6 @@ package kernel
 import (
 	"bufio"
 	"crypto/rand"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"syscall"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/cpupin"
 	"github.com/code-sandboxes/code-sandboxes/internal/pidwait"
@@ -26,20 +24,6 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/rawio"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
-
-//go:embed kernel.py
-var kernelSource string
-
-// kernelModule is the file name the kernel is imported as, keyed by content so
-// a new build never runs a stale cached copy. Computed on first use: the
-// hash (and the copy of 150 KiB) would otherwise be paid at the start of
-// every process that links this package, each of a sandbox's.
-var kernelModule = sync.OnceValue(func() string {
-	// Over the string itself: a []byte copy of it faulted in 100 KB of
-	// fresh heap on a sandbox's cold start (its early kernel start).
-	h := sha256.Sum256(unsafe.Slice(unsafe.StringData(kernelSource), len(kernelSource)))
-	return "csbx_kernel_" + hex.EncodeToString(h[:8])
-})
 
 // pipeChunk bounds one read from an output pipe (and so one stdout/stderr event).
 const pipeChunk = 64 << 10
@@ -199,14 +183,14 @@ func kernelArgs(dir string) []string {
 				return err
 			}
 			p := filepath.Join(dir, kernelModule()+".py")
-			if b, err := os.ReadFile(p); err == nil && string(b) == kernelSource {
+			if b, err := os.ReadFile(p); err == nil && isKernelSource(b) {
 				return nil
 			}
 			tmp, err := os.CreateTemp(dir, ".kernel-*")
 			if err != nil {
 				return err
 			}
-			_, err = tmp.WriteString(kernelSource)
+			_, err = io.Copy(tmp, kernelReader())
 			if cerr := tmp.Close(); err == nil {
 				err = cerr
 			}
@@ -227,7 +211,7 @@ func kernelArgs(dir string) []string {
 					"import %s as k;del sys.path[0];sys.dont_write_bytecode=w;del w;k._main()", dir, kernelModule())}
 		}
 	}
-	return []string{"-c", kernelSource + "\n_main()\n"}
+	return []string{"-c", kernelSource() + "\n_main()\n"}
 }
 
 // spawned is a kernel process started and not yet spoken to: the parent's
@@ -676,7 +660,7 @@ func readFrames(f *os.File, max int, out chan<- frameItem) {
 }
 
 // pump merges the two output pipes and the event channel into one ordered
-// stream (see kernel.py for the marker scheme), then reports the kernel's
+// stream (see py/protocol.py for the marker scheme), then reports the kernel's
 // death. It is the only goroutine that decides order, so ordering needs no
 // locks; every channel it reads is bounded, so memory is too.
 func (k *kproc) pump(outCh, errCh <-chan pipeItem, frCh <-chan frameItem) {

@@ -1,4 +1,4 @@
-// Package kernel runs our own lightweight Python kernel (kernel.py, stdlib
+// Package kernel runs our own lightweight Python kernel (py/*.py, stdlib
 // only, embedded) and drives it from Go: one interpreter process per context,
 // started on first use, with IPython-like cell semantics (last expression as
 // the main result, the display protocol, matplotlib figures, top-level await,
@@ -60,11 +60,11 @@ type Options struct {
 	// SysProcAttr is copied for the kernel process (e.g. Credential);
 	// Setpgid is always forced on, and on Linux Pdeathsig defaults to SIGKILL.
 	SysProcAttr *syscall.SysProcAttr
-	// Language of the cells: "" or "python" (run by kernel.py itself),
+	// Language of the cells: "" or "python" (run by the kernel itself),
 	// "bash", "javascript" or "typescript" (run by a persistent bash or node
-	// that kernel.py drives; see Languages for what this machine has).
+	// that the kernel drives; see Languages for what this machine has).
 	Language string
-	// ScriptDir is where kernel.py is written so Python can cache its
+	// ScriptDir is where the kernel's source is written so Python can cache its
 	// bytecode; "" = the user cache dir. If unusable, the source goes in -c.
 	ScriptDir string
 	// ProtocolPipe makes the kernel's command and event pipes (fds 3 and
