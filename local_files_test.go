@@ -7,7 +7,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
-	"github.com/code-sandboxes/code-sandboxes/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/local"
 )
 
 // TestLocalHomeSize: local.Options.HomeSize sizes /home/user beyond the

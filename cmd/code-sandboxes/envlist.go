@@ -179,7 +179,7 @@ func printEnvironments(cmd *cobra.Command, variant, dir, output string) error {
 		rows = append(rows, []string{label, short[b.ID], fmt.Sprintf("%d MiB", b.SizeBytes>>20), b.CreatedAt.Local().Format("2006-01-02 15:04"), b.Base})
 	}
 	if len(rows) == 0 {
-		fmt.Fprintln(out, "No environment built yet: `code-sandboxes environments build -f spec.yaml`; \"python\" builds on first use.")
+		fmt.Fprintln(out, "No environment built yet: `code-sandboxes environments build -f spec.yaml`;\n\"python\" builds on first use.")
 	} else {
 		writeTable(out, width, fit, []string{"BUILT", "BUILD ID", "SIZE", "CREATED", "BASE"}, rows)
 	}
