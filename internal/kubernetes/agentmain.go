@@ -12,6 +12,9 @@ import (
 // calls it from init, so the code-sandboxes CLI — or any static program
 // built on the package — can be the agent an exported image carries.
 func Main() {
+	if os.Getenv(roleEnv) == roleProbe {
+		os.Exit(standalone.ProbeConnect(os.Args[1:]))
+	}
 	if os.Getenv(roleEnv) != roleAgent {
 		return
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/agent/standalone"
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -22,19 +24,32 @@ const (
 	enforceTimeout = 30 * time.Second
 )
 
-// enforceProbe is the connection attempt, in the sandbox's own python:
-// exit 0 = it connected (the policy is not in force yet).
-const enforceProbe = "import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\nexcept OSError:\n    sys.exit(1)\n"
+// The connection attempt runs inside the pod: first with the image's own
+// agent (environment.AgentPath, in every image the variant runs, with the
+// probe role: standalone.ProbeConnect), so that an image without python
+// can be checked too; then, where that agent is older or another binary,
+// with the sandbox's python. An answer is only what one of them prints: a
+// probe that doesn't run is no proof that the policy holds.
+const enforceProbe = "import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\n    print('" + standalone.ProbeReached + "')\nexcept OSError:\n    print('" + standalone.ProbeRefused + "')\n"
 
-// reaches says whether the sandbox's pod connects to host:port now.
+// reaches says whether the sandbox's pod connects to host:port now; an
+// error when neither probe could say.
 func (i *instance) reaches(ctx context.Context, host string, port int) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	code, _, err := i.cl.RunProcess(ctx, "python3", []string{"-c", enforceProbe, host, fmt.Sprint(port)}, nil, "")
-	if err != nil {
-		return false, err
+	args := []string{host, fmt.Sprint(port)}
+	_, out, err := i.cl.RunProcess(ctx, environment.AgentPath, args, map[string]string{roleEnv: roleProbe}, "")
+	if reached, ok := standalone.ProbeAnswer(out); err == nil && ok {
+		return reached, nil
 	}
-	return code == 0, nil
+	_, out, perr := i.cl.RunProcess(ctx, "python3", append([]string{"-c", enforceProbe}, args...), nil, "")
+	if reached, ok := standalone.ProbeAnswer(out); perr == nil && ok {
+		return reached, nil
+	}
+	if perr == nil {
+		perr = fmt.Errorf("it printed %q", clip(out, 200))
+	}
+	return false, fmt.Errorf("neither the image's agent (%s, exported before it could probe?) nor python3 could try the connection: %w", environment.AgentPath, perr)
 }
 
 // waitEnforced waits until the pod's egress policy holds (see above).
@@ -52,10 +67,13 @@ func (i *instance) waitEnforced(ctx context.Context, hostIP string, allowed []st
 	ctx, cancel := context.WithTimeout(ctx, enforceTimeout)
 	defer cancel()
 	for {
-		code, _, err := i.cl.RunProcess(ctx, "python3", []string{"-c", enforceProbe, hostIP, fmt.Sprint(kubeletPort)}, nil, "")
+		reached, err := i.reaches(ctx, hostIP, kubeletPort)
 		switch {
-		case err == nil && code != 0:
+		case err == nil && !reached:
 			return nil
+		case ctx.Err() != nil && err != nil:
+			return fmt.Errorf("%w: whether the sandbox's NetworkPolicy is in force could not be checked within %s after its pod started: %v; the sandbox was removed",
+				sberr.ErrUnavailable, enforceTimeout, err)
 		case ctx.Err() != nil:
 			return fmt.Errorf("%w: the sandbox's NetworkPolicy was not in force %s after its pod started (it still reached %s): the cluster's network plugin does not enforce it, or not yet; the sandbox was removed",
 				sberr.ErrUnavailable, enforceTimeout, net.JoinHostPort(hostIP, fmt.Sprint(kubeletPort)))

@@ -52,6 +52,7 @@ const (
 	// code-sandboxes-agent binary ignores them and is the agent anyway.
 	roleEnv        = "CODE_SANDBOXES_ROLE"
 	roleAgent      = "pod-agent"
+	roleProbe      = "pod-probe"            // standalone.ProbeConnect: enforce.go
 	tokenEnv       = "CODE_SANDBOXES_TOKEN" // standalone.TokenEnv
 	envEnv         = "CODE_SANDBOXES_ENV"   // standalone.EnvEnv
 	secretKeyToken = "token"
