@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -594,4 +595,84 @@ func k8sOptions(c *sandboxes.Config) *k8svariant.Options {
 	}
 	c.Options = &o
 	return &o
+}
+
+// TestKubernetesTemplateHome: what an environment's build left in its
+// /home/user is in its pods' home, as on the other variants: the exported
+// image carries it at homeseed.Dir, and the agent copies it into the
+// home's tmpfs as the sandbox's user before it serves. Hostile entries
+// stay harmless: a symlink stays a symlink (resolved in the pod), a
+// set-uid bit is dropped, a fifo is left out.
+func TestKubernetesTemplateHome(t *testing.T) {
+	e := k8sCluster(t)
+	ns := e.namespace(t)
+	store := k8sFakeStore(t, "homeenv")
+	roots, _ := filepath.Glob(filepath.Join(store, "builds", "*", "rootfs"))
+	if len(roots) != 1 {
+		t.Fatalf("the fake store's rootfs: %v", roots)
+	}
+	home := filepath.Join(roots[0], "home", "user")
+	if err := os.MkdirAll(filepath.Join(home, ".config", "app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]os.FileMode{"built.txt": 0o644, ".config/app/rc": 0o600, "tool": 0o755 | os.ModeSetuid} {
+		if err := os.WriteFile(filepath.Join(home, name), []byte("built in the template: "+name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(home, name), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/shadow", filepath.Join(home, "shadow")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(home, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The user's, as a build's steps leave it (they run as the user).
+	if err := filepath.Walk(home, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, 1000, 100)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(home, "tool"), 0o755|os.ModeSetuid); err != nil { // chown cleared it
+		t.Fatal(err)
+	}
+	agent, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.importFake(t, store, "homeenv", agent)
+	cfg := k8sConfig(ns)
+	cfg.EnvironmentDir, cfg.Environment = store, "homeenv"
+	o := k8sOptions(&cfg)
+	// The image has no python3 for the probe that proves NetworkPolicy is
+	// enforced; this cluster's kube-router enforces it.
+	o.ImagePullPolicy, o.NetworkPolicyEnforced = "Never", true
+	sb := newK8s(t, cfg)
+	ctx := k8sCtx(t, time.Minute)
+	for _, name := range []string{"built.txt", ".config/app/rc", "tool"} {
+		b, err := sb.Files().ReadBytes(ctx, "/home/user/"+name)
+		if err != nil || string(b) != "built in the template: "+name+"\n" {
+			t.Errorf("/home/user/%s in the pod: %q, %v", name, b, err)
+		}
+	}
+	if st, err := sb.Files().Stat(ctx, "/home/user/tool"); err != nil || (st.Owner != "user" && st.Owner != "1000") || st.Mode&os.ModeSetuid != 0 || st.Mode.Perm() != 0o755 {
+		t.Errorf("/home/user/tool: %+v, %v; want the user's (uid 1000: the image has no passwd), 0755, no set-uid bit", st, err)
+	}
+	if st, err := sb.Files().Stat(ctx, "/home/user/.config/app/rc"); err != nil || st.Mode.Perm() != 0o600 {
+		t.Errorf("/home/user/.config/app/rc: %+v, %v; want 0600", st, err)
+	}
+	if st, err := sb.Files().Stat(ctx, "/home/user/shadow"); err != nil || st.Type != "symlink" {
+		t.Errorf("/home/user/shadow: %+v, %v; want a symlink", st, err)
+	}
+	if ok, err := sb.Files().Exists(ctx, "/home/user/fifo"); ok || err != nil {
+		t.Errorf("/home/user/fifo copied (%v, %v): special files are not a home's content", ok, err)
+	}
+	if err := sb.Files().WriteBytes(ctx, "/home/user/built.txt", []byte("changed in the pod\n")); err != nil {
+		t.Errorf("the seeded home is not the user's to write: %v", err)
+	}
 }

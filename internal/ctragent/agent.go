@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 )
@@ -118,6 +119,13 @@ func serve(name string, ln net.Listener, cfg Config, q *pauseCtl, mode os.FileMo
 	}
 	if err := dropPrivilegesTo(sandboxUID, sandboxGID, saved); err != nil {
 		return fail(name, "dropping privileges: %v", err)
+	}
+	if cfg.SeedHome {
+		// As the sandbox's user: the copy can write nothing the user
+		// couldn't, and everything in the home is the user's.
+		if err := homeseed.FromDir(homeseed.Dir, "/home/user", homeseed.Limits{}); err != nil {
+			return fail(name, "%v", err)
+		}
 	}
 	var protocolPipe func() (*os.File, *os.File, error)
 	if cfg.AgentUID != 0 {

@@ -47,6 +47,12 @@ type Config struct {
 	// the sandbox's code, which runs as its real and effective uid, is
 	// made under it (owncreds.go).
 	AgentUID int `json:"agent_uid,omitempty"`
+	// SeedHome: the environment's /home/user is mounted read-only at
+	// homeseed.Dir, and the agent copies it into the home (bounded by the
+	// home tmpfs's size and inodes) as the sandbox's user before any user
+	// code runs; a seed that doesn't fit ends the sandbox with
+	// homeseed.TooBig in its message.
+	SeedHome bool `json:"seed_home,omitempty"`
 }
 
 // The pause handshake with the host (the local variant under gVisor): the

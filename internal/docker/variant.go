@@ -27,6 +27,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/agentconfig"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
@@ -312,6 +313,10 @@ type launchSpec struct {
 	// hostUID is the sandbox's own host uid and gid (records.DockerUIDs):
 	// the contract's uid 1000 and gid 100 inside map to it.
 	hostUID int
+	// seed is the host path of the environment's /home/user, bound
+	// read-only at homeseed.Dir for the agent to copy into the home; ""
+	// without one.
+	seed string
 }
 
 // launch makes the sandbox's directory, container and agent, and returns
@@ -372,8 +377,13 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 	if err := writeRecord(ls.dir, &record{ID: ls.id, Token: ls.token, Engine: e.host, CreatedAt: ls.createdAt, EndAt: ls.endAt}); err != nil {
 		return nil, fmt.Errorf("writing the sandbox's record: %w", err)
 	}
+	if ls.build != nil && !ls.build.Host {
+		if ls.seed, err = homeseed.RootfsHome(ls.build.Rootfs()); err != nil {
+			return nil, err
+		}
+	}
 	acfg := agentConfig{Base: agentconfig.Base{ID: ls.id, Token: ls.token, Workdir: ls.workdir, Env: ls.env, Lifetime: spec.Lifetime, IdleTimeout: spec.IdleTimeout,
-		NoPrewarm: len(spec.Packages) > 0}, HostUID: ls.hostUID}
+		NoPrewarm: len(spec.Packages) > 0}, HostUID: ls.hostUID, SeedHome: ls.seed != ""}
 	if os.Geteuid() == 0 {
 		acfg.SocketMode = 0o600
 	}
@@ -427,7 +437,12 @@ func (e *engine) launch(ctx context.Context, ls launchSpec) (inst *instance, err
 		case <-attachDone:
 		case <-time.After(2 * time.Second):
 		}
-		if s := tail.String(); s != "" {
+		s := tail.String()
+		if strings.Contains(s, homeseed.TooBig) {
+			// The caller's configuration, not the engine, is at fault.
+			return fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, strings.TrimSpace(s))
+		}
+		if s != "" {
 			return fmt.Errorf("%w; the container's output: %s", err, s)
 		}
 		return err
@@ -572,6 +587,12 @@ func hostConfig(ls launchSpec) *container.HostConfig {
 				{Name: "core", Soft: 0, Hard: 0},
 			},
 		},
+	}
+	if ls.seed != "" {
+		// The environment's home, which the agent copies into the home
+		// tmpfs as the sandbox's user before any user code runs.
+		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: ls.seed, Target: homeseed.Dir, ReadOnly: true,
+			BindOptions: &mount.BindOptions{NonRecursive: true}})
 	}
 	// Volumes: each host directory bound read-write (not recursively: a
 	// mount below the source stays out), the engine resolving the target

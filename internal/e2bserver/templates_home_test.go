@@ -1,7 +1,7 @@
 package e2bserver
 
 import (
-	"github.com/code-sandboxes/code-sandboxes/local"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // TestTemplateHomeInSandbox: what a template's build leaves in /home/user
@@ -21,10 +22,29 @@ import (
 func TestTemplateHomeInSandbox(t *testing.T) {
 	needSandboxes(t)
 	needPython(t)
+	testTemplateHome(t, sandboxes.Config{Options: local.Options{HomeSize: 64 << 20}}, 64<<20)
+}
+
+// The same under gVisor: runsc mounts the template's home read-only
+// beside the home tmpfs, and the agent copies it in as the sandbox's user.
+func TestTemplateHomeInSandboxGVisor(t *testing.T) {
+	needGVisorServe(t)
+	needPython(t)
+	testTemplateHome(t, sandboxes.Config{Isolation: sandboxes.IsolationGVisor, Options: local.Options{HomeSize: 64 << 20}}, 64<<20)
+}
+
+// And on the docker variant (its home is half the memory: 96 MiB).
+func TestTemplateHomeInSandboxDocker(t *testing.T) {
+	needDocker(t)
+	needPython(t)
+	testTemplateHome(t, sandboxes.Config{Variant: "docker", Memory: 192 << 20}, 96<<20)
+}
+
+// testTemplateHome runs the test on cfg, whose sandboxes' home is home
+// bytes.
+func testTemplateHome(t *testing.T, cfg sandboxes.Config, home int64) {
 	team := freshTeam(t)
-	const home = 64 << 20
-	_, base := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: team}},
-		Config: sandboxes.Config{Options: local.Options{HomeSize: home}}})
+	_, base := testServer(t, Options{TemplateBuilds: true, Keys: []Key{{Key: testKey, Team: team}}, Config: cfg})
 
 	build := func(name, cmd string) {
 		t.Helper()
@@ -73,11 +93,15 @@ print(open('/home/user/built.txt').read().split('\n')[1])`)
 		t.Errorf("the template's home in its sandbox: %s", out)
 	}
 	// The bound holds for what the code writes.
-	if out := run("try:\n    open('/home/user/fill', 'wb').write(b'0' * (80 << 20))\n    print('wrote past the bound')\nexcept OSError as e:\n    print('refused', e.errno)"); !strings.Contains(out, "refused 28") {
+	// (A MiB at a time: the memory limit, which the home's pages count
+	// against, must hold the kernel too.)
+	fill := fmt.Sprintf("import os\ntry:\n    with open('/home/user/fill', 'wb') as f:\n        for _ in range(%d):\n            f.write(b'0' * (1 << 20))\n"+
+		"    print('wrote past the bound')\nexcept OSError as e:\n    print('refused', e.errno)\nos.remove('/home/user/fill')", home>>20+16)
+	if out := run(fill); !strings.Contains(out, "refused 28") {
 		t.Errorf("writing past the home's bound: %s", out)
 	}
 
 	// A template whose home outgrows the bound: refused at create.
-	build("home-too-big", "head -c 100000000 /dev/zero > /home/user/big")
+	build("home-too-big", fmt.Sprintf("head -c %d /dev/zero > /home/user/big", home+36<<20))
 	wantError(t, "POST", base+"/sandboxes", testKey, `{"templateID":"home-too-big","timeout":120}`, 400, "does not fit the sandbox's home")
 }

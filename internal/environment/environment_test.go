@@ -23,6 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -387,6 +389,46 @@ func TestWriteTarRoundTrip(t *testing.T) {
 	d, _ := os.Stat(filepath.Join(dst, "a"))
 	if err != nil || string(raw) != "content" || f1.Mode().Perm() != 0o604 || !os.SameFile(f1, f2) || d.Mode().Perm() != 0o750 {
 		t.Fatalf("round trip lost something: %v %q %v %v", err, raw, f1, d)
+	}
+}
+
+// An exported image carries the rootfs's home at homeseed.Dir, for the
+// agent to copy into the home tmpfs that hides home/user in a pod; the
+// rootfs's own entry at that path is not let through, and hard links
+// across the move still point at what was written.
+func TestWriteTarSeedsHome(t *testing.T) {
+	src := t.TempDir()
+	_ = os.MkdirAll(filepath.Join(src, "home/user/.config"), 0o750)
+	_ = os.WriteFile(filepath.Join(src, "home/user/.config/rc"), []byte("rc"), 0o600)
+	_ = os.Link(filepath.Join(src, "home/user/.config/rc"), filepath.Join(src, "home/user/hard"))
+	_ = os.MkdirAll(filepath.Join(src, homeseed.Dir, "planted"), 0o755)
+	_ = os.WriteFile(filepath.Join(src, "etc"), []byte("x"), 0o644)
+	var buf bytes.Buffer
+	if err := writeTar(context.Background(), src, &buf, true); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	if err := extractTar(context.Background(), &buf, dst); err != nil {
+		t.Fatal(err)
+	}
+	seed := filepath.Join(dst, homeseed.Dir)
+	raw, err := os.ReadFile(filepath.Join(seed, ".config/rc"))
+	f1, _ := os.Stat(filepath.Join(seed, ".config/rc"))
+	f2, _ := os.Stat(filepath.Join(seed, "hard"))
+	if err != nil || string(raw) != "rc" || f1 == nil || f2 == nil || !os.SameFile(f1, f2) || f1.Mode().Perm() != 0o600 {
+		t.Fatalf("the seed: %q %v %v %v", raw, err, f1, f2)
+	}
+	if st, err := os.Stat(seed); err != nil || st.Mode().Perm() != 0o750 {
+		t.Errorf("the seed's root: %v %v; want the home's mode", st, err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dst, "home/user")); err != nil || len(ents) != 0 {
+		t.Errorf("home/user in the image: %v %v; want an empty directory", ents, err)
+	}
+	if _, err := os.Stat(filepath.Join(seed, "planted")); !os.IsNotExist(err) {
+		t.Errorf("the rootfs's own %s went into the image (%v)", homeseed.Dir, err)
+	}
+	if raw, _ := os.ReadFile(filepath.Join(dst, "etc")); string(raw) != "x" {
+		t.Error("the rest of the rootfs is missing")
 	}
 }
 

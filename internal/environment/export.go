@@ -28,8 +28,9 @@ type ExtraFile struct {
 	Mode     int64
 }
 
-// Image returns the build as an OCI image: the rootfs as one layer, the
-// extra files as a second, and a config that fits the sandbox contract
+// Image returns the build as an OCI image: the rootfs as one layer (its
+// /home/user moved to homeseed.Dir, for the agent to copy into the home
+// tmpfs: writeTar), the extra files as a second, and a config that fits the sandbox contract
 // (user 1000:100, /home/user, C.UTF-8, UTC).
 func Image(ctx context.Context, b *Build, extra []ExtraFile) (v1.Image, error) {
 	if b.Host {
@@ -37,7 +38,7 @@ func Image(ctx context.Context, b *Build, extra []ExtraFile) (v1.Image, error) {
 	}
 	rootfs, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		pr, pw := io.Pipe()
-		go func() { pw.CloseWithError(WriteTar(ctx, b.Rootfs(), pw)) }()
+		go func() { pw.CloseWithError(writeTar(ctx, b.Rootfs(), pw, true)) }()
 		return pr, nil
 	}, tarball.WithCompressionLevel(gzip.BestSpeed))
 	if err != nil {

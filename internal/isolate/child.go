@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/trace"
 )
 
@@ -612,11 +613,11 @@ func setupRoot(cfg *childConfig) error {
 		return err
 	}
 	// The rootfs's /home/user, opened before bindRootfs closes the rootfs:
-	// the sandbox's home starts as a copy of it (homeseed.go).
+	// the sandbox's home starts as a copy of it (package homeseed).
 	homeSrc := -1
 	if cfg.RootfsFD > 0 {
 		var err error
-		if homeSrc, err = openRootfsHome(cfg.RootfsFD); err != nil {
+		if homeSrc, err = homeseed.OpenRootfsHome(cfg.RootfsFD); err != nil {
 			return err
 		}
 		if err := bindRootfs(nr, cfg); err != nil {
@@ -671,9 +672,10 @@ func setupRoot(cfg *childConfig) error {
 			return err
 		}
 		if m.path == "/home/user" && homeSrc >= 0 {
-			// Closed by seedHome: no fd outside the new root may outlive
-			// the setup.
-			err := seedHome(homeSrc, dst, m.size)
+			// Closed by Copy: no fd outside the new root may outlive the
+			// setup.
+			err := homeseed.Copy(homeSrc, dst, homeseed.Limits{Bytes: m.size, Inodes: TmpfsInodes(m.size),
+				Hint: HomeHint})
 			homeSrc = -1
 			if err != nil {
 				return err

@@ -219,7 +219,6 @@ func (e ExitInfo) String() string {
 // (where it can); unset, inPlaceByDefault decides.
 const ReexecEnv = "CODE_SANDBOXES_ISOLATE_REEXEC"
 
-// HomeTooBig is in the setup error of a sandbox whose environment's
-// /home/user, which its home starts as a copy of, is larger than the
-// home's size bound: a caller's configuration to change, not a failure.
-const HomeTooBig = "does not fit the sandbox's home"
+// HomeHint says, in the error of an environment whose /home/user doesn't
+// fit the sandbox's home, how to give the home more room.
+const HomeHint = "local.Options.HomeSize, or more Memory: the default home is half of it up to 1 GiB"

@@ -169,6 +169,10 @@ func TestPodFailure(t *testing.T) {
 	oldAgent := base()
 	oldAgent.Status.Phase = corev1.PodFailed
 	oldAgent.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, Message: "Error: unknown flag: --sandbox"}}}}
+	bigHome := base()
+	bigHome.Status.Phase = corev1.PodFailed
+	bigHome.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1,
+		Message: "code-sandboxes-agent: the environment's /home/user does not fit the sandbox's home (a 1024 MiB tmpfs of 131072 inodes; big and what came before take more): give the sandbox a larger home"}}}}
 	for _, tc := range []struct {
 		name  string
 		pod   *corev1.Pod
@@ -185,6 +189,7 @@ func TestPodFailure(t *testing.T) {
 		{"oom", oom, long, "out of memory (its limit of 512Mi, OOMKilled)", sberr.ErrUnavailable},
 		{"evicted", evicted, long, "evicted from its node: The node was low on resource: memory.", sberr.ErrUnavailable},
 		{"old agent", oldAgent, long, "looks older than this program", sberr.ErrUnavailable},
+		{"home too big", bigHome, long, "does not fit the sandbox's home", sberr.ErrInvalidConfig},
 		{"config", waiting("CreateContainerConfigError", `secret "x" not found`), long, "could not start the sandbox's container (CreateContainerConfigError)", sberr.ErrUnavailable},
 	} {
 		err := podFailure(tc.pod, tc.since)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
 
@@ -128,6 +129,10 @@ func terminated(pod *corev1.Pod) error {
 			return fmt.Errorf("%w: the sandbox was killed for running out of memory (its limit%s, OOMKilled); give it more Memory", sberr.ErrUnavailable, limit)
 		case t.ExitCode == 0:
 			return fmt.Errorf("%w: the sandbox's agent exited (its lifetime ended, or it was shut down)", sberr.ErrUnavailable)
+		case strings.Contains(t.Message, homeseed.TooBig):
+			// The environment's home outgrows the pod's: the caller's
+			// configuration, not the cluster, is at fault.
+			return fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, clip(strings.TrimSpace(t.Message), 1200))
 		}
 		hint := ""
 		if strings.Contains(t.Message, "unknown flag") || strings.Contains(t.Message, "unknown command") || strings.Contains(t.Message, "Usage:") {

@@ -44,6 +44,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/ctragent"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
 )
@@ -219,14 +220,33 @@ func prepareGVisor(spec shimSpec) (_ *gvisorSandbox, bundle string, err error) {
 	}
 	g := &gvisorSandbox{runsc: spec.Runsc, root: filepath.Join(base, "state"), id: "cs-" + dirName(r.ID)[:24]}
 
+	seed := ""
+	if spec.Rootfs != "" {
+		// (On a restore too: runsc restores only onto the same mounts.)
+		if seed, err = homeseed.RootfsHome(spec.Rootfs); err != nil {
+			return nil, "", err
+		}
+	}
+	if seed != "" && !spec.Restore {
+		// The agent copies the home and would fail the same way, but
+		// after this supervisor reported the sandbox started: refused
+		// here, the caller gets the reason.
+		home := spec.Home
+		if home <= 0 {
+			home = isolate.TmpfsSize(isolate.DefaultHomeSize, r.Memory)
+		}
+		if err := homeseed.Check(seed, homeseed.Limits{Bytes: home, Inodes: isolate.TmpfsInodes(home), Hint: isolate.HomeHint}); err != nil {
+			return nil, "", err
+		}
+	}
 	acfg := ctragent.Config{Base: spec.Agent.Base,
 		// The host side is root: code in the sandbox can't even connect.
-		SocketMode: 0o600, Pausable: true, AgentUID: gvisorAgentUID}
+		SocketMode: 0o600, Pausable: true, AgentUID: gvisorAgentUID, SeedHome: seed != ""}
 	b, _ := json.Marshal(acfg)
 	if err := os.WriteFile(filepath.Join(run, ctragent.ConfigFile), b, 0o600); err != nil {
 		return nil, "", err
 	}
-	oci, err := gvisorSpec(spec, rootfs, run, etc)
+	oci, err := gvisorSpec(spec, rootfs, run, etc, seed)
 	if err != nil {
 		return nil, "", err
 	}
@@ -330,7 +350,7 @@ func runGVisorShim(spec shimSpec, report func(shimReport), fail func(error) int)
 // with only the capabilities to become the sandbox user (ctragent drops
 // them), no_new_privs, a read-only root built from the same entries as
 // under namespaces, the contract's tmpfs mounts and the limits.
-func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
+func gvisorSpec(spec shimSpec, rootfs, run, etc, seed string) (*specs.Spec, error) {
 	r := spec.Record
 	hostname := "sandbox"
 	files := map[string]string{
@@ -365,7 +385,7 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 			names = append(names, e.Name())
 		}
 	}
-	reserved := map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "home": true, "files": true, runInGVisor[1:]: true, agentInGVisor[1:]: true}
+	reserved := map[string]bool{"proc": true, "dev": true, "sys": true, "tmp": true, "home": true, "files": true, runInGVisor[1:]: true, agentInGVisor[1:]: true, homeseed.Dir[1:]: true}
 	for _, name := range names {
 		if reserved[name] {
 			continue
@@ -444,6 +464,14 @@ func gvisorSpec(spec shimSpec, rootfs, run, etc string) (*specs.Spec, error) {
 	mounts = append(mounts,
 		specs.Mount{Destination: runInGVisor, Type: "bind", Source: run, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
 		specs.Mount{Destination: agentInGVisor, Type: "bind", Source: spec.Exe, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	if seed != "" {
+		// The environment's home, which the agent copies into the home
+		// tmpfs as the sandbox's user before any user code runs.
+		if err := os.Mkdir(filepath.Join(rootfs, homeseed.Dir), 0o755); err != nil {
+			return nil, err
+		}
+		mounts = append(mounts, specs.Mount{Destination: homeseed.Dir, Type: "bind", Source: seed, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}})
+	}
 
 	// An empty bounding set from the start (nothing can be gained through
 	// exec); the agent uses SETUID and SETGID once, to become the user.

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/procstat"
 )
 
@@ -27,9 +30,12 @@ func TestGVisorSpec(t *testing.T) {
 	}
 	spec := shimSpec{Dir: base, Exe: "/proc/self/exe",
 		Record: record{ID: "lx", Network: "all", Memory: 256 << 20, CPUs: 0.5, Pids: 64}}
-	s, err := gvisorSpec(spec, rootfs, run, etc)
+	s, err := gvisorSpec(spec, rootfs, run, etc, "")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == homeseed.Dir }) {
+		t.Errorf("a home seed mounted without a seed: %+v", s.Mounts)
 	}
 	p := s.Process
 	if p.User.UID != 0 || !p.NoNewPrivileges || p.Capabilities == nil || len(p.Capabilities.Bounding) != 0 ||

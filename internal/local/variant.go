@@ -23,6 +23,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/egress"
 	"github.com/code-sandboxes/code-sandboxes/internal/forward"
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/pipinstall"
@@ -253,7 +254,7 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 		stopSupervisor(cmd, dir, stopGrace) // it removes dir once the supervisor is gone
 		if err == nil {
 			err = errors.New(rep.Error)
-			if strings.Contains(rep.Error, isolate.HomeTooBig) {
+			if strings.Contains(rep.Error, homeseed.TooBig) {
 				err = fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, rep.Error)
 			}
 			if strings.Contains(rep.Error, "cgroup") && (spec.MemoryBytes == 0 || spec.Pids == 0) {
@@ -266,7 +267,10 @@ func launch(ctx context.Context, spec driver.Spec, opts Options, rt string, senv
 	if err := inst.waitHealthy(ctx, 30*time.Second); err != nil {
 		log := tail(filepath.Join(dir, "agent.log"), 2048)
 		_ = inst.Kill(context.Background())
-		if log != "" {
+		switch {
+		case strings.Contains(log, homeseed.TooBig): // gVisor's agent seeds the home
+			err = fmt.Errorf("%w: %s", sberr.ErrInvalidConfig, strings.TrimSpace(log))
+		case log != "":
 			err = fmt.Errorf("%w; agent log: %s", err, log)
 		}
 		return nil, fmt.Errorf("create local sandbox: %w", whyNoStart(err))

@@ -25,6 +25,7 @@ import (
 	"syscall"
 
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/sandboxenv"
 )
@@ -60,7 +61,7 @@ func Main(args []string) int {
 	lifetime := fs.Duration("lifetime", 0, "exit after this long (0 = never); POST /x/timeout restarts the countdown")
 	idleTimeout := fs.Duration("idle-timeout", 0, "exit after this long without use (0 = never); a request in flight is use")
 	id := fs.String("id", "", "sandbox id reported by /x/info")
-	sandbox := fs.Bool("sandbox", false, "run as a sandbox's init: close /proc/self to user code (PR_SET_DUMPABLE 0), require a token, "+
+	sandbox := fs.Bool("sandbox", false, "run as a sandbox's init: close /proc/self to user code (PR_SET_DUMPABLE 0), require a token, start /home/user as a copy of "+homeseed.Dir+" where the image has it, "+
 		"rebuild the environment from the sandbox contract, the image's variables and $"+EnvEnv+" (JSON), and, as PID 1, ignore signals and reap orphans")
 	prewarm := fs.Bool("prewarm", false, "start the default python kernel before the first request")
 	if err := fs.Parse(args); err != nil {
@@ -107,6 +108,15 @@ func Main(args []string) int {
 		*workdir = os.Getenv("HOME")
 		if *workdir == "" {
 			*workdir = "/home/user"
+		}
+	}
+	if *sandbox {
+		// An environment's image carries its /home/user at homeseed.Dir
+		// (environment.Image): the pod's home, a tmpfs of its own, starts
+		// as a copy of it, as the other variants' do. Images without one
+		// (exported before, or not ours) seed nothing.
+		if err := seedHomeDir(); err != nil {
+			return fail(err)
 		}
 	}
 	if *sandbox {

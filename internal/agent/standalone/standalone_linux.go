@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/homeseed"
 )
 
 // notDumpable closes /proc/<our pid>/{environ,mem,fd} to processes of our
@@ -17,3 +19,8 @@ func notDumpable() error {
 
 // osSignals are the catchable signals only Linux has (ignoreSignals).
 var osSignals = []os.Signal{syscall.SIGSTKFLT, syscall.SIGPWR}
+
+// seedHomeDir fills the pod's home from the environment's (Main).
+func seedHomeDir() error {
+	return homeseed.FromDir(homeseed.Dir, "/home/user", homeseed.Limits{})
+}

@@ -16,3 +16,7 @@ func notDumpable() error {
 }
 
 var osSignals []os.Signal
+
+func seedHomeDir() error {
+	return errors.New("seeding the home needs Linux; the sandbox agent runs in the kubernetes variant's Linux pods")
+}

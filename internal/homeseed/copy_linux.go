@@ -1,6 +1,4 @@
-//go:build linux
-
-package isolate
+package homeseed
 
 import (
 	"errors"
@@ -13,22 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The sandbox's /home/user is a tmpfs of its own, size-bounded; with a
-// rootfs (an environment, an E2B template) it starts as a copy of the
-// rootfs's /home/user, as a sandbox of a template starts on E2B with what
-// the template's build left in its home (a cloned repository, pip install
-// --user, dotfiles). The rootfs is the build's output, so every byte of it
-// is hostile: it is walked by fd without following a symlink, each entry
-// recreated as what it is (a symlink stays a symlink, resolved inside the
-// sandbox later), special files left out, set-id bits dropped, and the
-// home's size bound holds — a home larger than it refuses the sandbox.
-
 // maxSeedDepth bounds the nesting of the directories copied.
 const maxSeedDepth = 128
 
-// openRootfsHome opens the rootfs's home/user, each component without
+// OpenRootfsHome opens the rootfs's home/user, each component without
 // following a symlink; -1 when the rootfs has none.
-func openRootfsHome(rootfsFD int) (int, error) {
+func OpenRootfsHome(rootfsFD int) (int, error) {
 	fd := rootfsFD
 	for i, name := range []string{"home", "user"} {
 		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -49,22 +37,68 @@ func openRootfsHome(rootfsFD int) (int, error) {
 }
 
 type homeSeeder struct {
-	limit    int64 // the home's size bound, bytes (0: none)
-	used     int64
-	entries  int64
-	maxEntry int64
+	Limits
+	used    int64
+	entries int64
+	dry     bool // measure only (Check)
 }
 
 // tooBig says the environment's home doesn't fit the sandbox's.
 func (s *homeSeeder) tooBig(rel string) error {
-	return fmt.Errorf("the environment's /home/user %s (a %d MiB tmpfs; %s and what came before take more): give the sandbox a larger home (local.Options.HomeSize, or more Memory: the default home is half of it up to 1 GiB) or leave less in the environment's /home/user", HomeTooBig, s.limit>>20, rel)
+	hint := s.Hint
+	if hint == "" {
+		hint = "more Memory: the default home is half of it up to 1 GiB"
+	}
+	return fmt.Errorf("the environment's /home/user %s (a %d MiB tmpfs of %d inodes; %s and what came before take more): give the sandbox a larger home (%s) or leave less in the environment's /home/user", TooBig, s.Bytes>>20, s.Inodes, rel, hint)
 }
 
-// seedHome copies the directory src (an fd, closed here) into dst, the
-// sandbox's fresh home tmpfs, bounded by limit bytes.
-func seedHome(src int, dst string, limit int64) error {
-	s := &homeSeeder{limit: limit, maxEntry: TmpfsInodes(limit)}
+// Copy copies the directory src (an fd, closed here) into dst, the
+// sandbox's fresh home, within lim.
+func Copy(src int, dst string, lim Limits) error {
+	s := &homeSeeder{Limits: lim}
 	return s.copyDir(src, dst, ".", 0)
+}
+
+// Check measures the seed directory src as Copy would copy it and says,
+// as Copy would, when it doesn't fit lim: a launcher whose agent does the
+// copy (gVisor) refuses the sandbox with the reason before starting it. A
+// missing src fits.
+func Check(src string, lim Limits) error {
+	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the environment's /home/user (at %s): %w", src, err)
+	}
+	s := &homeSeeder{Limits: lim, dry: true}
+	return s.copyDir(fd, "", ".", 0)
+}
+
+// FromDir copies the seed directory src into dst, the sandbox's home
+// tmpfs, within that tmpfs's own size and inodes (statfs) and lim where
+// set lower; a missing src is an environment without a home to seed.
+func FromDir(src, dst string, lim Limits) error {
+	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("the environment's /home/user (at %s): %w", src, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("the sandbox's home %s: %w", dst, err)
+	}
+	bytes, inodes := int64(st.Blocks)*st.Bsize, int64(st.Files)
+	if lim.Bytes <= 0 || (bytes > 0 && bytes < lim.Bytes) {
+		lim.Bytes = bytes
+	}
+	if lim.Inodes <= 0 || (inodes > 0 && inodes < lim.Inodes) {
+		lim.Inodes = inodes
+	}
+	return Copy(fd, dst, lim)
 }
 
 // blocks is what n bytes take on a tmpfs: whole pages.
@@ -73,7 +107,7 @@ func blocks(n int64) int64 { return (n + 4095) &^ 4095 }
 func (s *homeSeeder) charge(rel string, n int64) error {
 	s.used += blocks(n)
 	s.entries++
-	if (s.limit > 0 && s.used > s.limit) || (s.maxEntry > 0 && s.entries > s.maxEntry) {
+	if (s.Bytes > 0 && s.used > s.Bytes) || (s.Inodes > 0 && s.entries > s.Inodes) {
 		return s.tooBig(rel)
 	}
 	return nil
@@ -116,6 +150,9 @@ func (s *homeSeeder) copyEntry(dir int, name, dst, rel string, depth int) error 
 		if err != nil {
 			return unreadable(rel, st.Mode, err)
 		}
+		if s.dry {
+			return s.copyDir(sub, "", rel, depth+1)
+		}
 		// Writable by us while it fills; its own mode after.
 		if err := os.Mkdir(dst, 0o700); err != nil {
 			unix.Close(sub)
@@ -126,7 +163,7 @@ func (s *homeSeeder) copyEntry(dir int, name, dst, rel string, depth int) error 
 		}
 		return os.Chmod(dst, os.FileMode(perm))
 	case unix.S_IFREG:
-		if err := s.charge(rel, st.Size); err != nil {
+		if err := s.charge(rel, st.Size); err != nil || s.dry {
 			return err
 		}
 		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
@@ -150,7 +187,7 @@ func (s *homeSeeder) copyEntry(dir int, name, dst, rel string, depth int) error 
 		}
 		return os.Chmod(dst, os.FileMode(perm))
 	case unix.S_IFLNK:
-		if err := s.charge(rel, 0); err != nil {
+		if err := s.charge(rel, 0); err != nil || s.dry {
 			return err
 		}
 		buf := make([]byte, unix.PathMax)
