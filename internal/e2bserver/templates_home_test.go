@@ -92,6 +92,20 @@ print(open('/home/user/built.txt').read().split('\n')[1])`)
 	if !strings.Contains(out, "built in the template | x = 1 0o644 | built.txt built in the template | /etc/shadow False | 1000 1000") || !strings.Contains(out, "and in the sandbox") {
 		t.Errorf("the template's home in its sandbox: %s", out)
 	}
+	if cfg.Isolation == sandboxes.IsolationGVisor {
+		// A checkpoint holds the seeded home, and runsc restores it onto
+		// the same mounts, the seed's among them.
+		u := base + "/sandboxes/" + sb.SandboxID
+		if resp := call(t, "POST", u+"/pause", testKey, "", nil, nil); resp.StatusCode != 204 {
+			t.Fatalf("pause: %d, want 204", resp.StatusCode)
+		}
+		if resp := call(t, "POST", u+"/resume", testKey, `{}`, nil, nil); resp.StatusCode != 201 {
+			t.Fatalf("resume: %d, want 201", resp.StatusCode)
+		}
+		if out := run("print(open('/home/user/built.txt').read().split('\\n')[1])"); !strings.Contains(out, "and in the sandbox") {
+			t.Errorf("the home after a pause and resume: %s", out)
+		}
+	}
 	// The bound holds for what the code writes.
 	// (A MiB at a time: the memory limit, which the home's pages count
 	// against, must hold the kernel too.)
