@@ -15,10 +15,9 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
-	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
-
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
 // unprivEnv marks the re-run of this test binary as an ordinary user.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/testcgroup"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // roomChildEnv names, in the child TestLocalRoomChild runs in, the

@@ -2,13 +2,13 @@ package sandboxes_test
 
 import (
 	"context"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 

@@ -5,7 +5,6 @@ package sandboxes_test
 import (
 	"context"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"strconv"
 	"strings"
@@ -14,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"golang.org/x/sys/unix"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // TestLocalScaleLeavesNothing: many sandboxes created at once (a small

@@ -3,7 +3,6 @@ package sandboxes_test
 import (
 	"context"
 	"errors"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // A host directory given as a volume is the sandbox's, read-write, at the

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
-
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 

@@ -9,7 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 var (

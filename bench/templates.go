@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"os"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 var onlyTemplates = flag.Bool("only-templates", false, "run only the template build section (serve's template API)")

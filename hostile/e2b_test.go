@@ -2,7 +2,6 @@ package hostile_test
 
 import (
 	"flag"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/e2b"
 	"github.com/code-sandboxes/code-sandboxes/hostile"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 var full = flag.Bool("hostile.full", false, "run every hostile case through serve too (default: the escape cases only)")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/agent"
 	"github.com/code-sandboxes/code-sandboxes/internal/client"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // Fuzz targets for every decoder that reads bytes a sandbox or the network

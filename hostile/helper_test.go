@@ -3,11 +3,11 @@ package hostile_test
 import (
 	"context"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 func ctxBG(d time.Duration) context.Context {

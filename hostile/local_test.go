@@ -16,6 +16,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/hostile"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -239,7 +240,7 @@ func TestHostileLocalGVisor(t *testing.T) {
 // needs root (missing root fails under CI=true).
 func networks() []string {
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
+		if testdep.CI() {
 			panic("the hostile suite's network cases need root (CI=true)")
 		}
 		return nil

@@ -3,7 +3,6 @@ package interpreter_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/interpreter"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 func TestSignature(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/interpreter"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 

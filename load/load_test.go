@@ -8,7 +8,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"sort"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 

@@ -3,7 +3,6 @@ package mcptools_test
 import (
 	"context"
 	"errors"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcptest"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/mcptools"
 )
 

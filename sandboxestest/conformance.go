@@ -17,7 +17,6 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
-
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 )

@@ -12,12 +12,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"os"
 	"strconv"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 func main() {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/environments"
 	"io"
 	"os"
 	"sort"
@@ -11,8 +10,10 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/spf13/cobra"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/environments"
 )
 
 // envOutputs are the forms of environments' output.

@@ -3,13 +3,13 @@
 package main
 
 import (
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"math"
 	"strings"
 	"testing"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // FuzzKeyFile: serve's --api-key-file, one key a line with an optional

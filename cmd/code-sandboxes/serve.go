@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"log/slog"
 	"math"
 	"net"
@@ -19,11 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	k8svariant "github.com/code-sandboxes/code-sandboxes/kubernetes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/mcptools"
-	"github.com/spf13/cobra"
 )
 
 // serveCmd is `code-sandboxes serve`: a self-hosted E2B on one listener.

@@ -3,7 +3,6 @@ package console_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -18,6 +17,7 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 const (

@@ -18,19 +18,14 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/ids"
 	"github.com/code-sandboxes/code-sandboxes/internal/sberr"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // requireRoot fails with CI=true (where the tests run as root) and skips
 // elsewhere.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root (CI=true, so this fails instead of skipping)")
-	}
-	t.Skip("needs root")
+	testdep.Require(t, os.Geteuid() == 0, "root")
 }
 
 func health(t *testing.T, sock string, initPid int) error {

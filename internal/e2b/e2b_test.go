@@ -15,12 +15,11 @@ import (
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
 	"github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 	"github.com/code-sandboxes/code-sandboxes/internal/testnet"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 	_ "github.com/code-sandboxes/code-sandboxes/local" // the local variant
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
-
-	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // TestMain: the test binary is also the sandboxes' agent and supervisor

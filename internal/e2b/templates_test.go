@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/code-sandboxes/code-sandboxes/environments"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/environments"
 )
 
 // E2B's template API answers (spec/openapi.yml of e2b-dev/E2B, as the npm

@@ -17,6 +17,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	_ "github.com/code-sandboxes/code-sandboxes/docker" // registers the docker variant
 	"github.com/code-sandboxes/code-sandboxes/internal/environment"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 	k8svariant "github.com/code-sandboxes/code-sandboxes/kubernetes"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
@@ -30,12 +31,7 @@ func needNode(t *testing.T) (node, npm string) {
 	t.Helper()
 	node, err1 := exec.LookPath("node")
 	npm, err2 := exec.LookPath("npm")
-	if err1 != nil || err2 != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("node and npm are required in CI: %v %v", err1, err2)
-		}
-		t.Skip("node/npm not installed")
-	}
+	testdep.Require(t, err1 == nil && err2 == nil, fmt.Sprintf("node and npm (make deps): %v %v", err1, err2))
 	return node, npm
 }
 

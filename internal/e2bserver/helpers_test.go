@@ -5,7 +5,6 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"os"
 	"slices"
@@ -15,6 +14,8 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/isolate"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
 )
 
@@ -68,12 +69,8 @@ func testServer(t *testing.T, o Options) (*Server, string) {
 // sandboxes.
 func needSandboxes(t *testing.T) {
 	t.Helper()
-	if err := isolate.CheckSupport(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("local sandboxes are not supported here: %v", err)
-		}
-		t.Skipf("local sandboxes are not supported here: %v", err)
-	}
+	err := isolate.CheckSupport()
+	testdep.Require(t, err == nil, fmt.Sprintf("local sandboxes are not supported here: %v", err))
 }
 
 // needDocker skips (or, in CI, fails) without a Docker engine or without

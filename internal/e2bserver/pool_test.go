@@ -2,11 +2,11 @@ package e2bserver
 
 import (
 	"context"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"testing"
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // TestWarmPoolThroughServe: serve --warm-pool: a create that can use the

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // Attack tests for issue #13: each "Why" bullet is a request that must fail.

@@ -27,8 +27,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	ilocal "github.com/code-sandboxes/code-sandboxes/internal/local"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -45,6 +43,8 @@ import (
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/driver"
 	"github.com/code-sandboxes/code-sandboxes/internal/e2bauth"
+	ilocal "github.com/code-sandboxes/code-sandboxes/internal/local"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // EnvdVersion is the envd version our agent implements (docs/agent-protocol.md).

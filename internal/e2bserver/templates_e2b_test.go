@@ -2,7 +2,6 @@ package e2bserver
 
 import (
 	"context"
-	"github.com/code-sandboxes/code-sandboxes/environments"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	e2bvariant "github.com/code-sandboxes/code-sandboxes/e2b"
+	"github.com/code-sandboxes/code-sandboxes/environments"
 	"github.com/code-sandboxes/code-sandboxes/internal/testpypi"
 )
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"io"
 	"net/http"
 	"os"
@@ -16,18 +15,16 @@ import (
 	"time"
 
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 // needVolumes skips (or fails in CI) where serve can't keep volumes.
 func needVolumes(t *testing.T) {
 	t.Helper()
 	needSandboxes(t)
-	if err := volumeSupport(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("volumes: %v", err)
-		}
-		t.Skipf("volumes: %v", err)
-	}
+	err := volumeSupport()
+	testdep.Require(t, err == nil, fmt.Sprintf("volumes: %v", err))
 }
 
 // volumeDir is a fresh directory for a server's volumes; the volumes

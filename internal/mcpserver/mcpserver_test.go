@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcpserver"
 	"github.com/code-sandboxes/code-sandboxes/internal/mcptest"
+	"github.com/code-sandboxes/code-sandboxes/local"
 	"github.com/code-sandboxes/code-sandboxes/mcptools"
 	"github.com/code-sandboxes/code-sandboxes/sandboxestest"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 const stdioEnv = "CODE_SANDBOXES_MCPSERVER_TEST_STDIO"

@@ -9,17 +9,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/code-sandboxes/code-sandboxes/internal/testdep"
 )
 
 // TestStartClose: the test internet answers from the host, and Close
 // leaves no namespace or interface behind.
 func TestStartClose(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root")
-		}
-		t.Skip("needs root")
-	}
+	testdep.Require(t, os.Geteuid() == 0, "root (the test internet is a network namespace of its own)")
 	n, err := Start()
 	if err != nil {
 		t.Fatal(err)
@@ -49,12 +46,7 @@ func TestStartClose(t *testing.T) {
 // A test internet whose owner died (no Close) does not break the next
 // Start: its namespace, veth and routes go first.
 func TestStartAfterACrash(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root")
-		}
-		t.Skip("needs root")
-	}
+	testdep.Require(t, os.Geteuid() == 0, "root (the test internet is a network namespace of its own)")
 	n, err := Start()
 	if err != nil {
 		t.Fatal(err)
