@@ -2,14 +2,15 @@ package main
 
 import (
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/local"
 	"strconv"
 	"strings"
 	"time"
 
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	units "github.com/docker/go-units"
 	"github.com/spf13/cobra"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/local"
 )
 
 type common struct {

@@ -17,8 +17,9 @@ import (
 	"syscall"
 	"time"
 
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/spf13/cobra"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 )
 
 func execCmd() *cobra.Command {

@@ -11,8 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
 	"github.com/spf13/cobra"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
 )
 
 func createCmd() *cobra.Command {

@@ -5,12 +5,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/code-sandboxes/code-sandboxes/environments"
 	"os"
 
-	sandboxes "github.com/code-sandboxes/code-sandboxes"
-	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 	"github.com/spf13/cobra"
+
+	sandboxes "github.com/code-sandboxes/code-sandboxes"
+	"github.com/code-sandboxes/code-sandboxes/environments"
+	"github.com/code-sandboxes/code-sandboxes/internal/environment"
 )
 
 func environmentsCmd() *cobra.Command {
