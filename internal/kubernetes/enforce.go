@@ -24,12 +24,13 @@ const (
 	enforceTimeout = 30 * time.Second
 )
 
-// The connection attempt runs inside the pod: first with the image's own
-// agent (environment.AgentPath, in every image the variant runs, with the
-// probe role: standalone.ProbeConnect), so that an image without python
-// can be checked too; then, where that agent is older or another binary,
-// with the sandbox's python. An answer is only what one of them prints: a
-// probe that doesn't run is no proof that the policy holds.
+// The connection attempt runs inside the pod: first in the sandbox's
+// python (a start of a few tens of milliseconds, which matters: a sandbox
+// with a lifetime of seconds must still be checked within it), then, in
+// an image without python, with the image's own agent
+// (environment.AgentPath, in every image the variant runs) in its probe
+// role (standalone.ProbeConnect). An answer is only what one of them
+// prints: a probe that doesn't run is no proof that the policy holds.
 const enforceProbe = "import socket,sys\ntry:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1).close()\n    print('" + standalone.ProbeReached + "')\nexcept OSError:\n    print('" + standalone.ProbeRefused + "')\n"
 
 // reaches says whether the sandbox's pod connects to host:port now; an
@@ -38,18 +39,18 @@ func (i *instance) reaches(ctx context.Context, host string, port int) (bool, er
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	args := []string{host, fmt.Sprint(port)}
-	_, out, err := i.cl.RunProcess(ctx, environment.AgentPath, args, map[string]string{roleEnv: roleProbe}, "")
+	_, out, err := i.cl.RunProcess(ctx, "python3", append([]string{"-c", enforceProbe}, args...), nil, "")
 	if reached, ok := standalone.ProbeAnswer(out); err == nil && ok {
 		return reached, nil
 	}
-	_, out, perr := i.cl.RunProcess(ctx, "python3", append([]string{"-c", enforceProbe}, args...), nil, "")
-	if reached, ok := standalone.ProbeAnswer(out); perr == nil && ok {
+	_, out, aerr := i.cl.RunProcess(ctx, environment.AgentPath, args, map[string]string{roleEnv: roleProbe}, "")
+	if reached, ok := standalone.ProbeAnswer(out); aerr == nil && ok {
 		return reached, nil
 	}
-	if perr == nil {
-		perr = fmt.Errorf("it printed %q", clip(out, 200))
+	if aerr == nil {
+		aerr = fmt.Errorf("it printed %q", clip(out, 200))
 	}
-	return false, fmt.Errorf("neither the image's agent (%s, exported before it could probe?) nor python3 could try the connection: %w", environment.AgentPath, perr)
+	return false, fmt.Errorf("neither python3 nor the image's agent (%s, exported before it could probe?) could try the connection: %w", environment.AgentPath, aerr)
 }
 
 // waitEnforced waits until the pod's egress policy holds (see above).
@@ -66,12 +67,14 @@ func (i *instance) waitEnforced(ctx context.Context, hostIP string, allowed []st
 	}
 	ctx, cancel := context.WithTimeout(ctx, enforceTimeout)
 	defer cancel()
+	stillReached := false
 	for {
 		reached, err := i.reaches(ctx, hostIP, kubeletPort)
+		stillReached = stillReached || (err == nil && reached)
 		switch {
 		case err == nil && !reached:
 			return nil
-		case ctx.Err() != nil && err != nil:
+		case ctx.Err() != nil && err != nil && !stillReached:
 			return fmt.Errorf("%w: whether the sandbox's NetworkPolicy is in force could not be checked within %s after its pod started: %v; the sandbox was removed",
 				sberr.ErrUnavailable, enforceTimeout, err)
 		case ctx.Err() != nil:
