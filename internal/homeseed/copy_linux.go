@@ -64,27 +64,34 @@ func Copy(src int, dst string, lim Limits) error {
 // copy (gVisor) refuses the sandbox with the reason before starting it. A
 // missing src fits.
 func Check(src string, lim Limits) error {
-	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("the environment's /home/user (at %s): %w", src, err)
+	fd, err := openSeed(src)
+	if fd < 0 || err != nil {
+		return err
 	}
 	s := &homeSeeder{Limits: lim, dry: true}
 	return s.copyDir(fd, "", ".", 0)
+}
+
+// openSeed opens the seed directory src without following a symlink; -1
+// and no error when there is none.
+func openSeed(src string) (int, error) {
+	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("the environment's /home/user (at %s): %w", src, err)
+	}
+	return fd, nil
 }
 
 // FromDir copies the seed directory src into dst, the sandbox's home
 // tmpfs, within that tmpfs's own size and inodes (statfs) and lim where
 // set lower; a missing src is an environment without a home to seed.
 func FromDir(src, dst string, lim Limits) error {
-	fd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("the environment's /home/user (at %s): %w", src, err)
+	fd, err := openSeed(src)
+	if fd < 0 || err != nil {
+		return err
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dst, &st); err != nil {
